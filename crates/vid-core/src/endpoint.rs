@@ -1,0 +1,137 @@
+//! The webhook endpoint resource: `/webhook-endpoints`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::event::EventType;
+use crate::EndpointId;
+
+/// How deliveries to an endpoint are signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SignatureFormat {
+    /// `Webhook-Id` + `Webhook-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">`.
+    #[default]
+    WebhookSignature,
+    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>`.
+    StandardWebhooks,
+}
+
+impl SignatureFormat {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WebhookSignature => "webhook-signature",
+            Self::StandardWebhooks => "standard-webhooks",
+        }
+    }
+
+    /// Parses the wire spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "webhook-signature" => Some(Self::WebhookSignature),
+            "standard-webhooks" => Some(Self::StandardWebhooks),
+            _ => None,
+        }
+    }
+}
+
+/// `POST /webhook-endpoints` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// Where to POST events. Must pass the SSRF policy (no private addresses unless allow-listed).
+    pub url: String,
+    /// Free text for the customer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Only these event types are sent; all when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<Vec<EventType>>,
+    /// Defaults to `webhook-signature`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_format: Option<SignatureFormat>,
+}
+
+/// Whether deliveries are attempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndpointStatus {
+    /// Deliveries are attempted.
+    Enabled,
+    /// Deliveries are kept as `paused` until the endpoint is enabled again.
+    Disabled,
+}
+
+/// A webhook endpoint as the API shows it (never with its secret, except once at creation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// `ep_…`
+    pub id: EndpointId,
+    /// Target URL.
+    pub url: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// Filter; `None` means every type.
+    pub event_types: Option<Vec<EventType>>,
+    /// Signature scheme.
+    pub signature_format: SignatureFormat,
+    /// See [`EndpointStatus`].
+    pub status: EndpointStatus,
+    /// Why it was disabled, if it is.
+    pub disabled_reason: Option<String>,
+    /// When it was disabled (RFC 3339).
+    pub disabled_at: Option<DateTime<Utc>>,
+    /// RFC 3339.
+    pub created_at: DateTime<Utc>,
+}
+
+/// `201` answer to `POST /webhook-endpoints`: the endpoint plus its signing
+/// secret, shown this once. The secret is `whsec_` + base64 of ≥ 24 random
+/// bytes; the HMAC key is the decoded bytes (Standard Webhooks convention).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedEndpoint {
+    /// The endpoint.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// `whsec_…`
+    pub secret: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_endpoint_is_flat_and_round_trips() {
+        let c = CreatedEndpoint {
+            endpoint: Endpoint {
+                id: EndpointId::generate(),
+                url: "https://example.com/hook".into(),
+                description: None,
+                event_types: Some(vec![EventType::VideoReady]),
+                signature_format: SignatureFormat::default(),
+                status: EndpointStatus::Enabled,
+                disabled_reason: None,
+                disabled_at: None,
+                created_at: Utc::now(),
+            },
+            secret: "whsec_abc".into(),
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["secret"], "whsec_abc");
+        assert_eq!(v["signature_format"], "webhook-signature");
+        assert_eq!(v["event_types"][0], "video.ready");
+        assert!(v["id"].as_str().unwrap().starts_with("ep_"));
+        assert_eq!(serde_json::from_value::<CreatedEndpoint>(v).unwrap(), c);
+    }
+
+    #[test]
+    fn create_endpoint_parses_formats_and_refuses_unknown_fields() {
+        let c: CreateEndpoint = serde_json::from_str(r#"{"url":"https://a","signature_format":"standard-webhooks"}"#).unwrap();
+        assert_eq!(c.signature_format, Some(SignatureFormat::StandardWebhooks));
+        assert!(serde_json::from_str::<CreateEndpoint>(r#"{"url":"https://a","secret":"x"}"#).is_err());
+        assert!(serde_json::from_str::<CreateEndpoint>(r#"{"url":"https://a","event_types":["video.nope"]}"#).is_err());
+        assert_eq!(SignatureFormat::parse("webhook-signature"), Some(SignatureFormat::WebhookSignature));
+    }
+}

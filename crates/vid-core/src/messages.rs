@@ -1,0 +1,152 @@
+//! Messages between the services, carried by RabbitMQ as JSON.
+//!
+//! Every message is published with publisher confirms, `delivery_mode = 2`
+//! (persistent), and consumed with manual acks; see `vid-infra::amqp` for the
+//! queue topology. Consumers must be idempotent: a message may arrive twice.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::event::Event;
+use crate::operation::Phase;
+use crate::video::{Poster, Rendition, SourceMetadata};
+use crate::{OperationId, Problem, TenantId, VideoId};
+
+/// api → transcoder: transcode one uploaded source. Published through the api's outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscodeJob {
+    /// The operation to report on.
+    pub operation_id: OperationId,
+    /// The video being produced.
+    pub video_id: VideoId,
+    /// Owner of the source and outputs.
+    pub tenant_id: TenantId,
+    /// Key of the assembled source object in the media bucket.
+    pub source_key: String,
+    /// Declared size of the source in bytes.
+    pub source_size_bytes: u64,
+    /// Key prefix for outputs, ending in `/` (e.g. `tenants/ten_…/videos/vid_…/`).
+    pub output_prefix: String,
+}
+
+/// transcoder → api: one step of a job. Reports for the same operation may
+/// arrive out of order or twice; the api applies them monotonically (progress
+/// never decreases, a terminal status is never overwritten).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscodeReport {
+    /// The operation this is about.
+    pub operation_id: OperationId,
+    /// The video this is about.
+    pub video_id: VideoId,
+    /// Which worker sent it (hostname/pid), for logs.
+    pub worker: String,
+    /// When the worker emitted it.
+    pub emitted_at: DateTime<Utc>,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: ReportKind,
+}
+
+/// The body of a [`TranscodeReport`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReportKind {
+    /// A worker took the job (also a heartbeat).
+    Started,
+    /// Progress in the current phase (also a heartbeat).
+    Progress {
+        /// Current phase.
+        phase: Phase,
+        /// Whole-job progress, 0–99.
+        percent: u8,
+    },
+    /// Every output is in storage.
+    Succeeded {
+        /// What the probe read.
+        source: SourceMetadata,
+        /// Outputs, tallest first.
+        renditions: Vec<Rendition>,
+        /// Poster image.
+        poster: Option<Poster>,
+    },
+    /// The job failed permanently (bad media, limits, crash budget exhausted).
+    Failed {
+        /// Problem details with a stable code, e.g. `unsupported_media`.
+        error: Problem,
+        /// Probe results if the file got that far.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<SourceMetadata>,
+    },
+}
+
+/// api → webhook-dispatcher: an event was committed; fan it out to the
+/// tenant's endpoints. Published through the api's outbox after the change
+/// that caused it committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventPublished {
+    /// Whose endpoints receive it.
+    pub tenant_id: TenantId,
+    /// The event.
+    pub event: Event,
+    /// The exact JSON body to send (and sign): identical on every attempt.
+    pub payload: String,
+}
+
+/// api → every transcoder (fan-out): stop this operation's work if you hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelTranscode {
+    /// The cancelled operation.
+    pub operation_id: OperationId,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{EventData, EventType, VideoEventData};
+    use crate::EventId;
+
+    #[test]
+    fn reports_are_tagged_by_kind_and_round_trip() {
+        let r = TranscodeReport {
+            operation_id: OperationId::generate(),
+            video_id: VideoId::generate(),
+            worker: "w1".into(),
+            emitted_at: Utc::now(),
+            kind: ReportKind::Progress { phase: Phase::Transcoding, percent: 42 },
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["kind"], "progress");
+        assert_eq!(v["percent"], 42);
+        assert_eq!(serde_json::from_value::<TranscodeReport>(v).unwrap(), r);
+
+        let failed = TranscodeReport {
+            kind: ReportKind::Failed { error: Problem::new(422, "no_video_stream", "No video stream"), source: None },
+            ..r
+        };
+        let back: TranscodeReport = serde_json::from_str(&serde_json::to_string(&failed).unwrap()).unwrap();
+        assert_eq!(back, failed);
+    }
+
+    #[test]
+    fn job_event_and_cancel_round_trip() {
+        let job = TranscodeJob {
+            operation_id: OperationId::generate(),
+            video_id: VideoId::generate(),
+            tenant_id: TenantId::generate(),
+            source_key: "tenants/t/uploads/u/source".into(),
+            source_size_bytes: 10,
+            output_prefix: "tenants/t/videos/v/".into(),
+        };
+        assert_eq!(serde_json::from_str::<TranscodeJob>(&serde_json::to_string(&job).unwrap()).unwrap(), job);
+        let event = Event {
+            id: EventId::generate(),
+            type_: EventType::VideoReady,
+            created: 5,
+            data: EventData::Video(VideoEventData { video_id: job.video_id.clone(), operation_id: job.operation_id.clone(), version: 2 }),
+        };
+        let msg = EventPublished { tenant_id: job.tenant_id.clone(), payload: serde_json::to_string(&event).unwrap(), event };
+        assert_eq!(serde_json::from_str::<EventPublished>(&serde_json::to_string(&msg).unwrap()).unwrap(), msg);
+        let c = CancelTranscode { operation_id: job.operation_id };
+        assert_eq!(serde_json::from_str::<CancelTranscode>(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+    }
+}

@@ -1,0 +1,171 @@
+//! The operation resource: a long-running job answered with `202 Accepted`
+//! and `Location: /operations/{id}` (design §"长任务：先返回 202").
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::{OperationId, Problem, VideoId};
+
+/// Where an operation is in its life. `succeeded`, `failed` and `cancelled` are terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperationStatus {
+    /// Accepted, waiting for a worker.
+    Pending,
+    /// A worker holds it; `progress` moves.
+    Running,
+    /// Finished; `result` is set.
+    Succeeded,
+    /// Finished with an error; `error` is set.
+    Failed,
+    /// Cancelled by the caller; `error` has code `cancelled`.
+    Cancelled,
+}
+
+impl OperationStatus {
+    /// Whether no further change can happen.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
+    }
+
+    /// The wire and database spelling (`pending`, `running`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+}
+
+/// The step a running transcode is in, shown as `metadata.phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Queued, no worker yet.
+    Queued,
+    /// Fetching the source from storage.
+    Downloading,
+    /// Scanning the source for malware.
+    Scanning,
+    /// Reading container and stream metadata, validating limits.
+    Probing,
+    /// Decoding and encoding the renditions.
+    Transcoding,
+    /// Writing renditions and poster to storage.
+    Uploading,
+    /// Nothing left to do.
+    Done,
+}
+
+/// Extra, non-contractual facts about a running operation.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct OperationMetadata {
+    /// The current phase, once a worker has started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The video this operation produces.
+    pub video_id: Option<VideoId>,
+}
+
+/// What a succeeded transcode produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationResult {
+    /// The video that was produced.
+    pub video_id: VideoId,
+    /// The API path of that video, e.g. `/videos/vid_…`.
+    pub video: String,
+    /// The renditions written, tallest first.
+    pub renditions: Vec<RenditionRef>,
+}
+
+/// A short reference to one rendition inside an operation's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RenditionRef {
+    /// Rendition name, e.g. `720p`.
+    pub name: String,
+    /// Output width in pixels.
+    pub width: u32,
+    /// Output height in pixels.
+    pub height: u32,
+    /// Storage key of the MP4 in the media bucket.
+    pub storage_key: String,
+}
+
+/// The operation resource: `GET /operations/{id}`.
+///
+/// `progress` is an integer percentage that never decreases and stays at most
+/// 99 until `status` is terminal. `result` is set only on success, `error` only
+/// on failure or cancel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Operation {
+    /// `op_…`
+    pub id: OperationId,
+    /// See [`OperationStatus`].
+    pub status: OperationStatus,
+    /// 0–100, integer percent.
+    pub progress: u8,
+    /// When the operation was accepted (RFC 3339).
+    pub created_at: DateTime<Utc>,
+    /// When it last changed (RFC 3339).
+    pub updated_at: DateTime<Utc>,
+    /// Set when `status` is `succeeded`.
+    pub result: Option<OperationResult>,
+    /// Set when `status` is `failed` or `cancelled`; an RFC 9457 problem.
+    pub error: Option<Problem>,
+    /// Phase and other non-contractual facts.
+    #[serde(default)]
+    pub metadata: OperationMetadata,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_round_trips_with_the_documented_shape() {
+        let op = Operation {
+            id: OperationId::generate(),
+            status: OperationStatus::Running,
+            progress: 40,
+            created_at: "2026-10-15T09:12:00Z".parse().unwrap(),
+            updated_at: "2026-10-15T09:12:30Z".parse().unwrap(),
+            result: None,
+            error: None,
+            metadata: OperationMetadata { phase: Some(Phase::Transcoding), video_id: Some(VideoId::generate()) },
+        };
+        let v = serde_json::to_value(&op).unwrap();
+        for key in ["id", "status", "progress", "created_at", "result", "error"] {
+            assert!(v.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(v["status"], "running");
+        assert_eq!(v["created_at"], "2026-10-15T09:12:00Z");
+        assert_eq!(v["metadata"]["phase"], "transcoding");
+        assert_eq!(serde_json::from_value::<Operation>(v).unwrap(), op);
+    }
+
+    #[test]
+    fn statuses_parse_and_know_whether_they_are_terminal() {
+        for s in [OperationStatus::Pending, OperationStatus::Running, OperationStatus::Succeeded, OperationStatus::Failed, OperationStatus::Cancelled] {
+            assert_eq!(OperationStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        assert!(!OperationStatus::Running.is_terminal());
+        assert!(OperationStatus::Cancelled.is_terminal());
+        assert_eq!(OperationStatus::parse("done"), None);
+    }
+}

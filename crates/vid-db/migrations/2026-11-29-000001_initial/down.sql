@@ -1,0 +1,11 @@
+DROP TABLE idempotency_keys;
+DROP TABLE webhook_attempts;
+DROP TABLE webhook_deliveries;
+DROP TABLE webhook_endpoints;
+DROP TABLE outbox;
+DROP TABLE events;
+DROP TABLE operations;
+DROP TABLE videos;
+DROP TABLE uploads;
+DROP TABLE api_keys;
+DROP TABLE tenants;

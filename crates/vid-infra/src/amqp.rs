@@ -1,0 +1,252 @@
+//! RabbitMQ: the one place that declares the topology, and a confirmed publisher.
+//!
+//! Topology (every name carries the configured prefix `P`, default `vid`):
+//!
+//! | exchange (type)        | routing key      | queue (type)                | producer → consumer      |
+//! |------------------------|------------------|-----------------------------|--------------------------|
+//! | `P.transcode` (direct) | `job`            | `P.transcode.jobs` (quorum) | api outbox → transcoder  |
+//! | `P.dlx` (direct)       | `transcode.dead` | `P.transcode.dead` (quorum) | broker → api             |
+//! | `P.reports` (direct)   | `report`         | `P.transcode.reports` (quorum) | transcoder → api      |
+//! | `P.events` (direct)    | `event`          | `P.webhook.events` (quorum) | api outbox → dispatcher  |
+//! | `P.control` (fanout)   | —                | one exclusive queue per transcoder | api → transcoders |
+//!
+//! `P.transcode.jobs` has a delivery limit ([`TRANSCODE_DELIVERY_LIMIT`]): a
+//! job that crashes workers again and again is dead-lettered to
+//! `P.transcode.dead`, where the api fails its operation, instead of looping
+//! forever. Every message is persistent and published with confirms; every
+//! consumer acks manually after its effect is durable.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use secrecy::ExposeSecret;
+
+use crate::settings::AmqpSettings;
+
+/// How many times RabbitMQ hands out one transcode job before dead-lettering it.
+pub const TRANSCODE_DELIVERY_LIMIT: i64 = 5;
+
+/// Routing key of transcode jobs.
+pub const RK_JOB: &str = "job";
+/// Routing key of transcoder reports.
+pub const RK_REPORT: &str = "report";
+/// Routing key of committed events.
+pub const RK_EVENT: &str = "event";
+/// Routing key of dead-lettered transcode jobs.
+pub const RK_TRANSCODE_DEAD: &str = "transcode.dead";
+
+/// Names of every exchange and queue, derived from one prefix.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    prefix: String,
+}
+
+impl Topology {
+    /// Topology for `prefix` (e.g. `vid`).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self { prefix: prefix.into() }
+    }
+
+    fn name(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.prefix)
+    }
+
+    /// Exchange of transcode jobs.
+    pub fn transcode_exchange(&self) -> String {
+        self.name("transcode")
+    }
+    /// Queue of transcode jobs, consumed by transcoders.
+    pub fn transcode_jobs(&self) -> String {
+        self.name("transcode.jobs")
+    }
+    /// Dead-letter exchange.
+    pub fn dead_letter_exchange(&self) -> String {
+        self.name("dlx")
+    }
+    /// Queue of jobs that exceeded the delivery limit, consumed by the api.
+    pub fn transcode_dead(&self) -> String {
+        self.name("transcode.dead")
+    }
+    /// Exchange of transcoder reports.
+    pub fn reports_exchange(&self) -> String {
+        self.name("reports")
+    }
+    /// Queue of transcoder reports, consumed by the api.
+    pub fn transcode_reports(&self) -> String {
+        self.name("transcode.reports")
+    }
+    /// Exchange of committed events.
+    pub fn events_exchange(&self) -> String {
+        self.name("events")
+    }
+    /// Queue of committed events, consumed by webhook dispatchers.
+    pub fn webhook_events(&self) -> String {
+        self.name("webhook.events")
+    }
+    /// Fan-out exchange of control messages (cancel) to every transcoder.
+    pub fn control_exchange(&self) -> String {
+        self.name("control")
+    }
+
+    /// Declares every durable exchange and queue. Idempotent; every service
+    /// calls it at start-up so that start order does not matter.
+    pub async fn declare(&self, ch: &Channel) -> anyhow::Result<()> {
+        let durable = ExchangeDeclareOptions { durable: true, ..Default::default() };
+        for (ex, kind) in [
+            (self.transcode_exchange(), ExchangeKind::Direct),
+            (self.dead_letter_exchange(), ExchangeKind::Direct),
+            (self.reports_exchange(), ExchangeKind::Direct),
+            (self.events_exchange(), ExchangeKind::Direct),
+            (self.control_exchange(), ExchangeKind::Fanout),
+        ] {
+            ch.exchange_declare(&ex, kind, durable, FieldTable::default())
+                .await
+                .with_context(|| format!("declaring exchange {ex}"))?;
+        }
+
+        let mut jobs_args = quorum_args();
+        jobs_args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(TRANSCODE_DELIVERY_LIMIT));
+        jobs_args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(self.dead_letter_exchange().into()));
+        jobs_args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(RK_TRANSCODE_DEAD.into()));
+
+        for (queue, args, exchange, rk) in [
+            (self.transcode_jobs(), jobs_args, self.transcode_exchange(), RK_JOB),
+            (self.transcode_dead(), quorum_args(), self.dead_letter_exchange(), RK_TRANSCODE_DEAD),
+            (self.transcode_reports(), quorum_args(), self.reports_exchange(), RK_REPORT),
+            (self.webhook_events(), quorum_args(), self.events_exchange(), RK_EVENT),
+        ] {
+            ch.queue_declare(&queue, QueueDeclareOptions { durable: true, ..Default::default() }, args)
+                .await
+                .with_context(|| format!("declaring queue {queue}"))?;
+            ch.queue_bind(&queue, &exchange, rk, QueueBindOptions::default(), FieldTable::default())
+                .await
+                .with_context(|| format!("binding {queue} to {exchange}"))?;
+        }
+        Ok(())
+    }
+}
+
+fn quorum_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    args
+}
+
+/// Connects to RabbitMQ, retrying with capped exponential backoff for up to `give_up_after`.
+pub async fn connect(settings: &AmqpSettings, give_up_after: Duration) -> anyhow::Result<Connection> {
+    let deadline = tokio::time::Instant::now() + give_up_after;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match Connection::connect(settings.url.expose_secret(), ConnectionProperties::default()).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "RabbitMQ not reachable; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e).context("connecting to RabbitMQ"),
+        }
+    }
+}
+
+/// Header carrying the request/operation id across services, for log correlation.
+pub const HEADER_CORRELATION_ID: &str = "x-correlation-id";
+
+/// A channel in confirm mode: [`Publisher::publish`] returns only once the
+/// broker has taken responsibility for the message (RabbitMQ publisher confirms).
+#[derive(Clone)]
+pub struct Publisher {
+    channel: Channel,
+}
+
+/// Why a publish failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The channel or connection failed.
+    #[error("RabbitMQ error: {0}")]
+    Amqp(#[from] lapin::Error),
+    /// The broker refused the message (basic.nack).
+    #[error("the broker refused the message (nack)")]
+    Nacked,
+    /// No queue is bound for the routing key (the `mandatory` message came back).
+    #[error("message to {exchange}/{routing_key} was unroutable")]
+    Unroutable {
+        /// Target exchange.
+        exchange: String,
+        /// Routing key used.
+        routing_key: String,
+    },
+}
+
+impl Publisher {
+    /// Opens a channel on `conn` and puts it in confirm mode.
+    pub async fn new(conn: &Connection) -> Result<Self, PublishError> {
+        let channel = conn.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        Ok(Self { channel })
+    }
+
+    /// The underlying channel, e.g. to declare the topology.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// Publishes `payload` (JSON) persistently and waits for the broker's confirm.
+    /// `correlation_id`, when given, travels in the [`HEADER_CORRELATION_ID`] header.
+    pub async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        payload: &[u8],
+        correlation_id: Option<&str>,
+    ) -> Result<(), PublishError> {
+        let mut headers = FieldTable::default();
+        if let Some(id) = correlation_id {
+            headers.insert(HEADER_CORRELATION_ID.into(), AMQPValue::LongString(id.into()));
+        }
+        let props = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type(ShortString::from("application/json"))
+            .with_headers(headers);
+        let confirm = self
+            .channel
+            .basic_publish(exchange, routing_key, BasicPublishOptions { mandatory: true, ..Default::default() }, payload, props)
+            .await?
+            .await?;
+        match confirm {
+            Confirmation::Ack(None) => Ok(()),
+            Confirmation::Ack(Some(_)) => {
+                Err(PublishError::Unroutable { exchange: exchange.to_owned(), routing_key: routing_key.to_owned() })
+            }
+            Confirmation::Nack(_) => Err(PublishError::Nacked),
+            Confirmation::NotRequested => Ok(()),
+        }
+    }
+
+    /// [`Publisher::publish`] for a serialisable value.
+    pub async fn publish_json<T: serde::Serialize>(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        value: &T,
+        correlation_id: Option<&str>,
+    ) -> Result<(), PublishError> {
+        let body = serde_json::to_vec(value).expect("message types always serialise");
+        self.publish(exchange, routing_key, &body, correlation_id).await
+    }
+}
+
+/// The correlation id of a delivered message, if its publisher set one.
+pub fn correlation_id(props: &BasicProperties) -> Option<String> {
+    let headers = props.headers().as_ref()?;
+    match headers.inner().get(HEADER_CORRELATION_ID)? {
+        AMQPValue::LongString(s) => Some(s.to_string()),
+        _ => None,
+    }
+}

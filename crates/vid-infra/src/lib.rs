@@ -1,0 +1,15 @@
+//! Plumbing shared by the three services, so each thing is done one way:
+//!
+//! - [`settings`]: one loader (the `config` crate) for `config/default.toml`,
+//!   `config/<profile>.toml` and `VID__…` environment variables;
+//! - [`amqp`]: the one place that declares the RabbitMQ topology, plus a
+//!   confirmed publisher;
+//! - [`storage`]: the aws-sdk-s3 client, configured for self-hosted S3 stores;
+//! - [`telemetry`]: tracing set-up (pretty in development, JSON in production).
+
+pub mod amqp;
+pub mod settings;
+pub mod storage;
+pub mod telemetry;
+
+pub use secrecy::{ExposeSecret, SecretString};

@@ -1,0 +1,103 @@
+//! Settings: defaults in files, overridden by environment variables.
+//!
+//! Sources, later ones win:
+//! 1. `<dir>/default.toml` (required),
+//! 2. `<dir>/<profile>.toml` where the profile is `VID_PROFILE` (optional file),
+//! 3. environment variables `VID__SECTION__KEY` (e.g. `VID__DATABASE__URL`).
+//!
+//! `<dir>` is `VID_CONFIG_DIR`, or `config` relative to the working directory.
+//! Secret values are [`SecretString`]s: their `Debug` output is redacted, so a
+//! service may log its whole settings at start-up.
+
+use secrecy::SecretString;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// The profile name in effect: `VID_PROFILE`, or `production` when unset.
+/// Production is the default so that a forgotten variable fails safe.
+pub fn profile() -> String {
+    std::env::var("VID_PROFILE").unwrap_or_else(|_| "production".to_owned())
+}
+
+/// Loads settings of type `T` from files and the environment (see module docs).
+///
+/// Errors: a missing `default.toml`, a malformed file, or a value of the wrong type,
+/// each naming the key.
+pub fn load<T: DeserializeOwned>() -> anyhow::Result<T> {
+    let dir = std::env::var("VID_CONFIG_DIR").unwrap_or_else(|_| "config".to_owned());
+    load_from(&dir, &profile())
+}
+
+/// [`load`] with an explicit directory and profile (used by tests).
+pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Result<T> {
+    let cfg = config::Config::builder()
+        .add_source(config::File::with_name(&format!("{dir}/default")).required(true))
+        .add_source(config::File::with_name(&format!("{dir}/{profile}")).required(false))
+        .add_source(
+            config::Environment::with_prefix("VID")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("webhooks.allow_cidrs")
+                .with_list_parse_key("uploads.allowed_content_types"),
+        )
+        .build()?;
+    Ok(cfg.try_deserialize()?)
+}
+
+/// `[database]`: PostgreSQL.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DatabaseSettings {
+    /// `postgres://user:pass@host:port/db`; secret because it may carry a password.
+    pub url: SecretString,
+    /// Maximum pooled connections per process.
+    pub pool_size: usize,
+}
+
+/// `[amqp]`: RabbitMQ.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AmqpSettings {
+    /// `amqp://user:pass@host:port/vhost`.
+    pub url: SecretString,
+    /// Prefix of every exchange and queue name (`vid` → `vid.transcode.jobs`);
+    /// tests use a unique prefix each so they never see each other's messages.
+    pub prefix: String,
+}
+
+/// `[s3]`: the media bucket.
+#[derive(Debug, Clone, Deserialize)]
+pub struct S3Settings {
+    /// Endpoint URL, e.g. `http://127.0.0.1:3900` for the local Garage.
+    pub endpoint: String,
+    /// Endpoint URL put into presigned URLs handed to clients; defaults to `endpoint`.
+    #[serde(default)]
+    pub public_endpoint: Option<String>,
+    /// Signing region (Garage's `s3_region`).
+    pub region: String,
+    /// Bucket holding sources, renditions and posters.
+    pub bucket: String,
+    /// Access key id.
+    pub access_key_id: String,
+    /// Secret access key.
+    pub secret_access_key: SecretString,
+}
+
+/// `[telemetry]`: logs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TelemetrySettings {
+    /// `pretty` (development) or `json` (production).
+    pub format: LogFormat,
+    /// An `EnvFilter` directive, e.g. `info,vid_api=debug`; `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable, coloured.
+    Pretty,
+    /// One JSON object per line.
+    Json,
+}
