@@ -53,3 +53,6 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     })
     .await?
 }
+
+/// Why a connection could not be checked out of the [`Pool`].
+pub type PoolError = deadpool::PoolError;

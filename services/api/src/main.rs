@@ -1,1 +1,102 @@
-fn main() {}
+//! `api`: the HTTP API server and its admin commands.
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use vid_api::{Application, Settings};
+use vid_infra::ExposeSecret;
+
+#[derive(Parser)]
+#[command(name = "api", version, about = "Video platform API server and admin commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve HTTP (the default).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Create a tenant and print its first API key (shown once; only its hash is stored).
+    CreateTenant {
+        /// Display name of the tenant.
+        #[arg(long)]
+        name: String,
+    },
+    /// Configure the media bucket: CORS exposing ETag to browsers, and a lifecycle
+    /// rule that aborts incomplete multipart uploads after a day.
+    StorageSetup,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let settings: Settings = vid_infra::settings::load().context("loading settings")?;
+    vid_infra::telemetry::init(&settings.telemetry);
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => {
+            tracing::info!(profile = %vid_infra::settings::profile(), settings = ?settings, "starting api");
+            vid_db::migrate(settings.database.url.expose_secret()).await?;
+            let app = Application::build(settings)?;
+            tracing::info!(port = app.port(), "listening");
+            app.run().await
+        }
+        Command::Migrate => {
+            let applied = vid_db::migrate(settings.database.url.expose_secret()).await?;
+            println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
+            Ok(())
+        }
+        Command::CreateTenant { name } => {
+            vid_db::migrate(settings.database.url.expose_secret()).await?;
+            let pool = vid_db::pool(&settings.database)?;
+            let (tenant, key) = vid_api::auth::create_tenant(&pool, &name).await?;
+            eprintln!("created tenant {tenant} ({name})");
+            println!("{key}");
+            Ok(())
+        }
+        Command::StorageSetup => storage_setup(&settings).await,
+    }
+}
+
+async fn storage_setup(settings: &Settings) -> anyhow::Result<()> {
+    use aws_sdk_s3::types::{
+        AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, CorsConfiguration, CorsRule, ExpirationStatus,
+        LifecycleRule, LifecycleRuleFilter,
+    };
+    let s3 = vid_infra::storage::client(&settings.s3);
+    let bucket = &settings.s3.bucket;
+    let cors = CorsConfiguration::builder()
+        .cors_rules(
+            CorsRule::builder()
+                .allowed_origins("*")
+                .allowed_methods("PUT")
+                .allowed_methods("GET")
+                .allowed_methods("HEAD")
+                .allowed_headers("*")
+                .expose_headers("ETag")
+                .max_age_seconds(3600)
+                .build()?,
+        )
+        .build()?;
+    s3.put_bucket_cors().bucket(bucket).cors_configuration(cors).send().await.context("PutBucketCors")?;
+    println!("bucket {bucket}: CORS set (PUT/GET/HEAD from any origin, ETag exposed)");
+    let lifecycle = BucketLifecycleConfiguration::builder()
+        .rules(
+            LifecycleRule::builder()
+                .id("abort-incomplete-multipart-uploads")
+                .status(ExpirationStatus::Enabled)
+                .filter(LifecycleRuleFilter::builder().prefix("tenants/").build())
+                .abort_incomplete_multipart_upload(AbortIncompleteMultipartUpload::builder().days_after_initiation(1).build())
+                .build()?,
+        )
+        .build()?;
+    match s3.put_bucket_lifecycle_configuration().bucket(bucket).lifecycle_configuration(lifecycle).send().await {
+        Ok(_) => println!("bucket {bucket}: lifecycle rule aborts incomplete multipart uploads after 1 day"),
+        Err(e) => println!(
+            "bucket {bucket}: the store refused the lifecycle rule ({}); the api janitor still aborts expired uploads",
+            aws_sdk_s3::error::DisplayErrorContext(e)
+        ),
+    }
+    Ok(())
+}

@@ -1,0 +1,46 @@
+# The two commands a newcomer needs:
+#   make demo   bring everything up and send one real video through the system
+#   make test   every test, against real PostgreSQL, RabbitMQ, Garage and FFmpeg
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+VIDEO ?=
+
+.PHONY: help infra build up down status demo test test-unit test-e2e bench fmt lint clean-test-dbs
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+infra: ## install/start PostgreSQL, RabbitMQ, Garage and the FFmpeg build deps (idempotent)
+	scripts/stack.sh infra-up
+
+build: infra ## build every binary (debug)
+	$(CARGO) build --workspace --bins
+
+up: build ## the local stack plus the three services in the background (idempotent)
+	scripts/up.sh
+
+down: ## stop exactly what `make up` started
+	scripts/services.sh stop || true
+	scripts/stack.sh infra-down
+
+status: ## what is running
+	scripts/stack.sh status; scripts/services.sh status
+
+demo: up ## upload a real video, wait for the transcode and the signed webhook (VIDEO=path to use your own)
+	scripts/demo.sh $(VIDEO)
+
+test: build ## every test (unit, integration, end-to-end) against the real stack
+	scripts/test.sh
+
+bench: build ## benchmarks, each reported as a ratio to a baseline measured in the same run
+	scripts/bench.sh
+
+fmt: ## format the code
+	$(CARGO) fmt --all
+
+lint: ## clippy with warnings as errors
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean-test-dbs: ## drop the databases tests created
+	scripts/test.sh --clean-only

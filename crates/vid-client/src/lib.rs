@@ -1,0 +1,286 @@
+//! Typed SDK for the video platform API.
+//!
+//! Every request and response type comes from `vid-core`, the crate the api
+//! itself serialises with: there are no copied structs to drift apart.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), vid_client::ClientError> {
+//! use vid_client::Client;
+//! let client = Client::new("http://127.0.0.1:8080", "vidk_…");
+//! let accepted = vid_client::upload::Uploader::new(&client).upload_file("movie.mp4".as_ref(), None).await?;
+//! let op = client.wait_operation(&accepted.operation.id, std::time::Duration::from_secs(600), |_| {}).await?;
+//! println!("{:?}", op.status);
+//! # Ok(()) }
+//! ```
+
+pub mod sniff;
+pub mod upload;
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint};
+use vid_core::event::Event;
+use vid_core::operation::Operation;
+use vid_core::upload::{CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, UploadState};
+use vid_core::video::Video;
+use vid_core::{EndpointId, EventId, OperationId, Problem, UploadId, VideoId};
+
+/// Everything that can go wrong talking to the API or to storage.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The API answered with a problem-details error.
+    #[error("{} ({}): {}", .0.title, .0.code, .0.detail.as_deref().unwrap_or(""))]
+    Api(Problem),
+    /// The API answered something that is not what the contract says.
+    #[error("unexpected answer from the API: HTTP {status}: {body}")]
+    Unexpected {
+        /// HTTP status.
+        status: u16,
+        /// The start of the body.
+        body: String,
+    },
+    /// Network or protocol failure.
+    #[error("HTTP error: {0}")]
+    Http(#[from] reqwest::Error),
+    /// Storage refused a part after every retry.
+    #[error("storage refused part {part_number}: HTTP {status}: {body}")]
+    Storage {
+        /// The part.
+        part_number: u32,
+        /// HTTP status from storage.
+        status: u16,
+        /// The start of its body.
+        body: String,
+    },
+    /// Reading the file or the state file failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// Waiting ran out of time.
+    #[error("timed out waiting for operation {0}")]
+    Timeout(OperationId),
+}
+
+impl ClientError {
+    /// The problem details, when the API sent some.
+    pub fn problem(&self) -> Option<&Problem> {
+        match self {
+            Self::Api(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Result of calls that answer `202 Accepted`: the operation and its `Location`.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// The operation as returned in the body.
+    pub operation: Operation,
+    /// The `Location` header, e.g. `/operations/op_…`.
+    pub location: String,
+}
+
+/// A page of a list endpoint.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Page<T> {
+    /// Items, newest first.
+    pub data: Vec<T>,
+    /// Cursor of the next page.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// A client for one API base URL and key. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Client {
+    /// A client for `base_url` (e.g. `http://127.0.0.1:8080`) authenticating with `api_key`.
+    pub fn new(base_url: &str, api_key: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(120))
+            .user_agent(concat!("vidctl/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("a default reqwest client always builds");
+        Self { http, base: base_url.trim_end_matches('/').to_owned(), key: api_key.to_owned() }
+    }
+
+    /// The HTTP client, shared with storage uploads.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The API base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        headers: &[(&str, &str)],
+    ) -> Result<(T, Option<String>), ClientError> {
+        let mut req = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        let location = resp.headers().get("location").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let bytes = resp.bytes().await?;
+        if !status.is_success() {
+            return Err(match serde_json::from_slice::<Problem>(&bytes) {
+                Ok(p) => ClientError::Api(p),
+                Err(_) => ClientError::Unexpected { status: status.as_u16(), body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into() },
+            });
+        }
+        let body = if status == StatusCode::NO_CONTENT || bytes.is_empty() { b"null".as_slice() } else { &bytes };
+        let value = serde_json::from_slice(body).map_err(|e| ClientError::Unexpected { status: status.as_u16(), body: format!("{e}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(512)])) })?;
+        Ok((value, location))
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        Ok(self.call::<(), T>(Method::GET, path, None, &[]).await?.0)
+    }
+
+    /// `POST /uploads`. `idempotency_key` makes a retried call replay the first answer.
+    pub async fn create_upload(&self, req: &CreateUpload, idempotency_key: Option<&str>) -> Result<CreatedUpload, ClientError> {
+        let headers: Vec<(&str, &str)> = idempotency_key.map(|k| vec![("Idempotency-Key", k)]).unwrap_or_default();
+        Ok(self.call(Method::POST, "/uploads", Some(req), &headers).await?.0)
+    }
+
+    /// `GET /uploads/{id}`: status and the parts storage holds.
+    pub async fn get_upload(&self, id: &UploadId) -> Result<UploadState, ClientError> {
+        self.get(&format!("/uploads/{id}")).await
+    }
+
+    /// `POST /uploads/{id}/parts:sign`: fresh URLs for the named parts.
+    pub async fn sign_parts(&self, id: &UploadId, part_numbers: &[u32]) -> Result<SignedParts, ClientError> {
+        let body = SignParts { part_numbers: part_numbers.to_vec() };
+        Ok(self.call(Method::POST, &format!("/uploads/{id}/parts:sign"), Some(&body), &[]).await?.0)
+    }
+
+    /// `POST /uploads/{id}/complete` → `202` with the transcode operation.
+    pub async fn complete_upload(&self, id: &UploadId, body: Option<&CompleteUpload>) -> Result<Accepted, ClientError> {
+        let (operation, location) = match body {
+            Some(b) => self.call(Method::POST, &format!("/uploads/{id}/complete"), Some(b), &[]).await?,
+            None => self.call::<(), Operation>(Method::POST, &format!("/uploads/{id}/complete"), None, &[]).await?,
+        };
+        Ok(Accepted { location: location.unwrap_or_else(|| format!("/operations/{}", operation.id)), operation })
+    }
+
+    /// `DELETE /uploads/{id}`: abort.
+    pub async fn abort_upload(&self, id: &UploadId) -> Result<(), ClientError> {
+        self.call::<(), serde_json::Value>(Method::DELETE, &format!("/uploads/{id}"), None, &[]).await?;
+        Ok(())
+    }
+
+    /// `GET /operations/{id}`.
+    pub async fn get_operation(&self, id: &OperationId) -> Result<Operation, ClientError> {
+        self.get(&format!("/operations/{id}")).await
+    }
+
+    /// `GET /operations?status=&cursor=`.
+    pub async fn list_operations(&self, status: Option<&str>, cursor: Option<&str>) -> Result<Page<Operation>, ClientError> {
+        self.get(&format!("/operations?{}", query(&[("status", status), ("cursor", cursor)]))).await
+    }
+
+    /// `POST /operations/{id}:cancel`.
+    pub async fn cancel_operation(&self, id: &OperationId) -> Result<Operation, ClientError> {
+        Ok(self.call::<(), Operation>(Method::POST, &format!("/operations/{id}:cancel"), None, &[]).await?.0)
+    }
+
+    /// Follows an operation until it is terminal, calling `on_change` on every
+    /// observed change; gives up after `timeout`.
+    pub async fn wait_operation(
+        &self,
+        id: &OperationId,
+        timeout: Duration,
+        mut on_change: impl FnMut(&Operation),
+    ) -> Result<Operation, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last: Option<(vid_core::operation::OperationStatus, u8)> = None;
+        loop {
+            let op = self.get_operation(id).await?;
+            if last != Some((op.status, op.progress)) {
+                on_change(&op);
+                last = Some((op.status, op.progress));
+            }
+            if op.status.is_terminal() {
+                return Ok(op);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::Timeout(id.clone()));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// `GET /videos/{id}` (with download URLs).
+    pub async fn get_video(&self, id: &VideoId) -> Result<Video, ClientError> {
+        self.get(&format!("/videos/{id}")).await
+    }
+
+    /// `GET /videos`.
+    pub async fn list_videos(&self, cursor: Option<&str>) -> Result<Page<Video>, ClientError> {
+        self.get(&format!("/videos?{}", query(&[("cursor", cursor)]))).await
+    }
+
+    /// `POST /webhook-endpoints` (the secret is in the answer, shown once).
+    pub async fn create_endpoint(&self, req: &CreateEndpoint) -> Result<CreatedEndpoint, ClientError> {
+        Ok(self.call(Method::POST, "/webhook-endpoints", Some(req), &[]).await?.0)
+    }
+
+    /// `GET /webhook-endpoints`.
+    pub async fn list_endpoints(&self) -> Result<Page<Endpoint>, ClientError> {
+        self.get("/webhook-endpoints").await
+    }
+
+    /// `GET /webhook-endpoints/{id}`.
+    pub async fn get_endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+        self.get(&format!("/webhook-endpoints/{id}")).await
+    }
+
+    /// `DELETE /webhook-endpoints/{id}`.
+    pub async fn delete_endpoint(&self, id: &EndpointId) -> Result<(), ClientError> {
+        self.call::<(), serde_json::Value>(Method::DELETE, &format!("/webhook-endpoints/{id}"), None, &[]).await?;
+        Ok(())
+    }
+
+    /// `GET /events?type=&cursor=`.
+    pub async fn list_events(&self, type_: Option<&str>, cursor: Option<&str>) -> Result<Page<Event>, ClientError> {
+        self.get(&format!("/events?{}", query(&[("type", type_), ("cursor", cursor)]))).await
+    }
+
+    /// `GET /events/{id}`.
+    pub async fn get_event(&self, id: &EventId) -> Result<Event, ClientError> {
+        self.get(&format!("/events/{id}")).await
+    }
+
+    /// A raw JSON call, for resources this SDK has no typed method for yet.
+    pub async fn raw(&self, method: Method, path: &str, body: Option<&serde_json::Value>) -> Result<serde_json::Value, ClientError> {
+        Ok(self.call(method, path, body, &[]).await?.0)
+    }
+}
+
+fn query(pairs: &[(&str, Option<&str>)]) -> String {
+    pairs
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", v.replace('&', "%26").replace('=', "%3D").replace('+', "%2B"))))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+pub use reqwest::Method as HttpMethod;

@@ -1,0 +1,148 @@
+//! The api's error type and its mapping to RFC 9457 problem details.
+//!
+//! Codes are stable: once published, a code keeps its meaning.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use vid_core::problem::{Problem, PROBLEM_JSON};
+
+/// Every error a handler can return. Each maps to one status and one stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 401 `unauthorized`: no or unknown API key.
+    #[error("a valid API key is required")]
+    Unauthorized,
+    /// 404 `not_found`: the resource does not exist or belongs to another tenant.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// 400 with the given code: the request is malformed.
+    #[error("{detail}")]
+    BadRequest {
+        /// Stable code, e.g. `invalid_json`.
+        code: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// 422 with the given code: well-formed, but refused by a rule.
+    #[error("{detail}")]
+    Unprocessable {
+        /// Stable code, e.g. `unsupported_content_type`.
+        code: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// 409 with the given code: the resource is in a state that forbids this.
+    #[error("{detail}")]
+    Conflict {
+        /// Stable code, e.g. `upload_aborted`.
+        code: &'static str,
+        /// What is wrong.
+        detail: String,
+        /// Extension members for the problem body.
+        extensions: Vec<(&'static str, serde_json::Value)>,
+    },
+    /// 429 `too_many_requests`.
+    #[error("{0}")]
+    TooManyRequests(String),
+    /// 503 `unavailable`: a dependency (storage, broker) is down; retry later.
+    #[error("{0}")]
+    Unavailable(String),
+    /// 500 `internal`: a bug or an unexpected failure; details go to the log only.
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    /// Shorthand for [`ApiError::BadRequest`].
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::BadRequest { code, detail: detail.into() }
+    }
+
+    /// Shorthand for [`ApiError::Unprocessable`].
+    pub fn unprocessable(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::Unprocessable { code, detail: detail.into() }
+    }
+
+    /// Shorthand for [`ApiError::Conflict`] without extensions.
+    pub fn conflict(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::Conflict { code, detail: detail.into(), extensions: Vec::new() }
+    }
+
+    /// The problem-details body for this error.
+    pub fn problem(&self) -> Problem {
+        let status = self.status_code().as_u16();
+        match self {
+            Self::Unauthorized => Problem::new(status, "unauthorized", "Unauthorized")
+                .with_detail("send `Authorization: Bearer <API key>`"),
+            Self::NotFound(what) => Problem::new(status, "not_found", "Not found").with_detail(format!("{what} not found")),
+            Self::BadRequest { code, detail } => Problem::new(status, *code, "Bad request").with_detail(detail.clone()),
+            Self::Unprocessable { code, detail } => {
+                Problem::new(status, *code, "Request refused").with_detail(detail.clone())
+            }
+            Self::Conflict { code, detail, extensions } => {
+                let mut p = Problem::new(status, *code, "Conflict").with_detail(detail.clone());
+                for (k, v) in extensions {
+                    p = p.with_extension(k, v);
+                }
+                p
+            }
+            Self::TooManyRequests(detail) => {
+                Problem::new(status, "too_many_requests", "Too many requests").with_detail(detail.clone())
+            }
+            Self::Unavailable(detail) => {
+                Problem::new(status, "unavailable", "Service unavailable").with_detail(detail.clone())
+            }
+            Self::Internal(_) => Problem::new(status, "internal", "Internal error")
+                .with_detail("an unexpected error occurred; it has been logged"),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::Conflict { .. } => StatusCode::CONFLICT,
+            Self::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        if let Self::Internal(e) = self {
+            tracing::error!(error = ?e, "internal error");
+        }
+        let mut resp = HttpResponse::build(self.status_code());
+        resp.content_type(PROBLEM_JSON);
+        if matches!(self, Self::Unauthorized) {
+            resp.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        resp.json(self.problem())
+    }
+}
+
+impl From<diesel::result::Error> for ApiError {
+    fn from(e: diesel::result::Error) -> Self {
+        Self::Internal(e.into())
+    }
+}
+
+impl From<vid_db::PoolError> for ApiError {
+    fn from(e: vid_db::PoolError) -> Self {
+        Self::Unavailable(format!("database unavailable: {e}"))
+    }
+}
+
+/// The answer for a problem that is not an [`ApiError`] (framework-level errors).
+pub fn problem_response(problem: Problem) -> HttpResponse {
+    HttpResponse::build(StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .content_type(PROBLEM_JSON)
+        .json(problem)
+}
+
+/// Result type of handlers.
+pub type ApiResult<T> = Result<T, ApiError>;

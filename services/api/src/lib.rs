@@ -1,0 +1,144 @@
+//! The public HTTP API of the video platform, plus its background work.
+//!
+//! [`Application::build`] binds the listener (port 0 picks a free one, for
+//! tests) and [`Application::run`] serves until stopped, alongside:
+//! the outbox relay ([`outbox`]), the consumer of transcoder reports and dead
+//! letters ([`consumers`]), and the [`janitor`].
+//!
+//! Invariant: the api never touches media bytes. Uploads go straight from
+//! clients to storage; transcoding happens in the transcoder.
+
+pub mod auth;
+pub mod consumers;
+pub mod error;
+pub mod janitor;
+pub mod lifecycle;
+pub mod outbox;
+pub mod routes;
+pub mod settings;
+pub mod state;
+pub mod storage;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix_web::{error::InternalError, web, App, HttpServer};
+use anyhow::Context;
+use tokio::sync::Notify;
+use vid_core::Problem;
+use vid_db::seal::SealingKey;
+use vid_infra::amqp::Topology;
+use vid_infra::ExposeSecret;
+use vid_netguard::{SystemResolver, UrlPolicy};
+
+use crate::error::problem_response;
+pub use crate::settings::Settings;
+use crate::state::AppState;
+
+/// A built, bound, not yet running api.
+pub struct Application {
+    port: u16,
+    listener: TcpListener,
+    state: AppState,
+}
+
+impl Application {
+    /// Builds the state and binds `settings.api.listen`. Contacts nothing yet
+    /// except the socket: the database pool and brokers connect lazily.
+    ///
+    /// Errors: a malformed sealing key, an unbindable address.
+    pub fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with_resolver(settings, Arc::new(SystemResolver::new()))
+    }
+
+    /// [`Application::build`] with an injected DNS resolver (tests).
+    pub fn build_with_resolver(settings: Settings, resolver: Arc<dyn vid_netguard::Resolve>) -> anyhow::Result<Self> {
+        let sealing_key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
+            .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
+        let url_policy = UrlPolicy::strict()
+            .with_require_https(settings.webhooks.require_https)
+            .with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
+        let db = vid_db::pool(&settings.database)?;
+        let state = AppState {
+            s3: vid_infra::storage::client(&settings.s3),
+            presigner: vid_infra::storage::presigning_client(&settings.s3),
+            topology: Topology::new(&settings.amqp.prefix),
+            outbox_notify: Arc::new(Notify::new()),
+            sealing_key: Arc::new(sealing_key),
+            url_policy: Arc::new(url_policy),
+            resolver,
+            db,
+            settings: Arc::new(settings),
+        };
+        let listener = TcpListener::bind(&state.settings.api.listen)
+            .with_context(|| format!("binding {}", state.settings.api.listen))?;
+        let port = listener.local_addr()?.port();
+        Ok(Self { port, listener, state })
+    }
+
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The shared state (tests use it to reach the database).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves HTTP and runs the background tasks until SIGTERM/SIGINT (the
+    /// server then stops accepting and finishes in-flight requests).
+    pub async fn run(self) -> anyhow::Result<()> {
+        let state = self.state.clone();
+        let background = [
+            tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox_notify.clone())),
+            tokio::spawn(consumers::run(state.clone())),
+            tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
+        ];
+        let data = web::Data::new(state);
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(data.clone())
+                .app_data(json_config())
+                .app_data(web::PathConfig::default().error_handler(|err, _| {
+                    let problem = Problem::new(404, "not_found", "Not found").with_detail(err.to_string());
+                    InternalError::from_response(err, problem_response(problem)).into()
+                }))
+                .app_data(web::QueryConfig::default().error_handler(|err, _| {
+                    let problem = Problem::new(400, "invalid_query", "Bad request").with_detail(err.to_string());
+                    InternalError::from_response(err, problem_response(problem)).into()
+                }))
+                .configure(routes::configure)
+                .default_service(web::to(|| async {
+                    problem_response(Problem::new(404, "not_found", "Not found").with_detail("no such route"))
+                }))
+        })
+        .shutdown_timeout(30)
+        .listen(self.listener)?
+        .run();
+        let result = server.await;
+        for task in background {
+            task.abort();
+        }
+        Ok(result?)
+    }
+}
+
+/// JSON bodies: at most 64 KiB; malformed JSON, unknown fields and wrong types
+/// are `400 invalid_json` problems naming the error; a wrong media type is
+/// `415 unsupported_media_type`.
+fn json_config() -> web::JsonConfig {
+    web::JsonConfig::default().limit(64 * 1024).error_handler(|err, _| {
+        use actix_web::error::JsonPayloadError;
+        let problem = match &err {
+            JsonPayloadError::ContentType => Problem::new(415, "unsupported_media_type", "Unsupported media type")
+                .with_detail("send the body as application/json"),
+            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
+                Problem::new(413, "body_too_large", "Body too large").with_detail(err.to_string())
+            }
+            _ => Problem::new(400, "invalid_json", "Bad request").with_detail(err.to_string()),
+        };
+        InternalError::from_response(err, problem_response(problem)).into()
+    })
+}

@@ -1,0 +1,141 @@
+//! The transactional outbox and its relay.
+//!
+//! A message that announces a database change (a transcode job, an event) is
+//! written to `outbox` in the SAME transaction as the change. The relay then
+//! publishes outbox rows to RabbitMQ with publisher confirms and deletes them
+//! only after the broker confirmed. So a committed change is always announced
+//! (at least once), and nothing is announced that did not commit. Several api
+//! replicas can relay at once: rows are claimed with `FOR UPDATE SKIP LOCKED`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use diesel::prelude::*;
+use diesel_async::scoped_futures::ScopedFutureExt;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use tokio::sync::Notify;
+use vid_core::event::{Event, EventData, EventType};
+use vid_core::messages::EventPublished;
+use vid_core::{EventId, TenantId};
+use vid_db::schema::{events, outbox};
+use vid_db::RunQueryDsl;
+use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
+use vid_infra::settings::AmqpSettings;
+
+/// Adds a message to the outbox inside the caller's transaction.
+pub async fn enqueue(
+    conn: &mut AsyncPgConnection,
+    exchange: &str,
+    routing_key: &str,
+    payload: String,
+    correlation_id: Option<&str>,
+) -> diesel::QueryResult<()> {
+    diesel::insert_into(outbox::table)
+        .values((
+            outbox::exchange.eq(exchange),
+            outbox::routing_key.eq(routing_key),
+            outbox::payload.eq(payload),
+            outbox::correlation_id.eq(correlation_id),
+        ))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Records an event and queues its publication, inside the caller's
+/// transaction (the one that makes the change the event announces).
+/// Returns the event as it will be sent.
+pub async fn record_event(
+    conn: &mut AsyncPgConnection,
+    topology: &Topology,
+    tenant_id: &TenantId,
+    type_: EventType,
+    resource_id: &str,
+    data: EventData,
+) -> diesel::QueryResult<Event> {
+    let event = Event { id: EventId::generate(), type_, created: chrono::Utc::now().timestamp(), data };
+    let payload = serde_json::to_string(&event).expect("events serialise");
+    diesel::insert_into(events::table)
+        .values((
+            events::id.eq(&event.id),
+            events::tenant_id.eq(tenant_id),
+            events::event_type.eq(type_.as_str()),
+            events::resource_id.eq(resource_id),
+            events::payload.eq(&payload),
+        ))
+        .execute(conn)
+        .await?;
+    let message = EventPublished { tenant_id: tenant_id.clone(), event: event.clone(), payload };
+    enqueue(
+        conn,
+        &topology.events_exchange(),
+        RK_EVENT,
+        serde_json::to_string(&message).expect("messages serialise"),
+        Some(event.id.as_str()),
+    )
+    .await?;
+    Ok(event)
+}
+
+/// How many rows one relay transaction publishes at most.
+const BATCH: i64 = 100;
+/// How often the relay looks for rows written by other replicas when not woken.
+const IDLE_POLL: Duration = Duration::from_millis(500);
+
+/// Runs the relay until the process exits: reconnects to RabbitMQ and
+/// PostgreSQL as needed, never gives up.
+pub async fn run_relay(db: vid_db::Pool, amqp: AmqpSettings, notify: Arc<Notify>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match relay_session(&db, &amqp, &notify).await {
+            Ok(()) => return,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "outbox relay interrupted; restarting");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn relay_session(db: &vid_db::Pool, amqp: &AmqpSettings, notify: &Notify) -> anyhow::Result<()> {
+    let conn = vid_infra::amqp::connect(amqp, Duration::from_secs(30)).await?;
+    let publisher = Publisher::new(&conn).await?;
+    Topology::new(&amqp.prefix).declare(publisher.channel()).await?;
+    tracing::info!("outbox relay connected");
+    loop {
+        let published = publish_batch(db, &publisher).await?;
+        if published < BATCH as usize {
+            // Wait for a local write, or poll for other replicas' writes.
+            let _ = tokio::time::timeout(IDLE_POLL, notify.notified()).await;
+        }
+    }
+}
+
+/// Publishes up to [`BATCH`] rows in one transaction; returns how many.
+pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::Result<usize> {
+    let mut conn = db.get().await?;
+    conn.transaction::<usize, anyhow::Error, _>(|conn| {
+        async move {
+            let rows: Vec<(i64, String, String, String, Option<String>)> = outbox::table
+                .order(outbox::id.asc())
+                .limit(BATCH)
+                .for_update()
+                .skip_locked()
+                .select((outbox::id, outbox::exchange, outbox::routing_key, outbox::payload, outbox::correlation_id))
+                .load(conn)
+                .await?;
+            if rows.is_empty() {
+                return Ok(0);
+            }
+            for (_, exchange, routing_key, payload, correlation_id) in &rows {
+                publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await?;
+            }
+            let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            diesel::delete(outbox::table.filter(outbox::id.eq_any(&ids))).execute(conn).await?;
+            Ok(rows.len())
+        }
+        .scope_boxed()
+    })
+    .await
+}

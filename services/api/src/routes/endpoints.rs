@@ -1,0 +1,207 @@
+//! `/webhook-endpoints`: where a tenant's events are delivered.
+//!
+//! URLs are customer input, so every URL passes the SSRF guard
+//! (`vid-netguard`) here and again at every delivery in the dispatcher.
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint, EndpointStatus, SignatureFormat};
+use vid_core::event::EventType;
+use vid_core::EndpointId;
+use vid_db::schema::webhook_endpoints as ep;
+use vid_db::RunQueryDsl;
+use vid_webhooks::Secret;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::parse_id;
+use crate::state::AppState;
+
+/// Routes of this module.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/webhook-endpoints", web::post().to(create_endpoint))
+        .route("/webhook-endpoints", web::get().to(list_endpoints))
+        .route("/webhook-endpoints/{id:[^/:]+}", web::get().to(get_endpoint))
+        .route("/webhook-endpoints/{id:[^/:]+}", web::patch().to(update_endpoint))
+        .route("/webhook-endpoints/{id:[^/:]+}", web::delete().to(delete_endpoint));
+}
+
+/// A row of `webhook_endpoints` without its sealed secrets.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = ep)]
+pub struct EndpointRow {
+    pub id: EndpointId,
+    pub url: String,
+    pub description: Option<String>,
+    pub event_types: Option<Vec<String>>,
+    pub signature_format: String,
+    pub status: String,
+    pub disabled_reason: Option<String>,
+    pub disabled_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl EndpointRow {
+    /// The public resource.
+    pub fn into_endpoint(self) -> Endpoint {
+        Endpoint {
+            id: self.id,
+            url: self.url,
+            description: self.description,
+            event_types: self.event_types.map(|ts| ts.iter().filter_map(|t| EventType::parse(t)).collect()),
+            signature_format: SignatureFormat::parse(&self.signature_format).unwrap_or_default(),
+            status: if self.status == "enabled" { EndpointStatus::Enabled } else { EndpointStatus::Disabled },
+            disabled_reason: self.disabled_reason,
+            disabled_at: self.disabled_at,
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// Checks a customer URL against the SSRF policy (parse, resolve, check every address).
+async fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
+    let checked = vid_netguard::check_registration(url, &state.url_policy, &*state.resolver)
+        .await
+        .map_err(|e| ApiError::unprocessable(e.code(), e.to_string()))?;
+    Ok(checked.as_str().to_owned())
+}
+
+fn check_description(d: &Option<String>) -> ApiResult<()> {
+    match d {
+        Some(d) if d.len() > 1024 => Err(ApiError::unprocessable("invalid_description", "description is limited to 1024 bytes")),
+        _ => Ok(()),
+    }
+}
+
+/// `POST /webhook-endpoints` → `201` with the secret, shown this once.
+///
+/// Errors (422): the SSRF guard's codes (`blocked_address`, `https_required`,
+/// `userinfo_not_allowed`, `invalid_url`, `dns_failed`, …), `invalid_description`.
+async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
+    let req = body.into_inner();
+    check_description(&req.description)?;
+    let url = check_url(&state, &req.url).await?;
+    let id = EndpointId::generate();
+    let secret = Secret::generate();
+    let sealed = state
+        .sealing_key
+        .seal(id.as_str(), secret.as_str().as_bytes())
+        .map_err(|e| ApiError::Internal(e.into()))?;
+    let format = req.signature_format.unwrap_or_default();
+    let event_types: Option<Vec<String>> = req.event_types.map(|ts| ts.iter().map(|t| t.as_str().to_owned()).collect());
+    let mut conn = state.db.get().await?;
+    let row: EndpointRow = diesel::insert_into(ep::table)
+        .values((
+            ep::id.eq(&id),
+            ep::tenant_id.eq(&tenant.id),
+            ep::url.eq(&url),
+            ep::description.eq(&req.description),
+            ep::event_types.eq(&event_types),
+            ep::signature_format.eq(format.as_str()),
+            ep::status.eq("enabled"),
+            ep::secret_sealed.eq(&sealed),
+        ))
+        .returning(EndpointRow::as_returning())
+        .get_result(&mut conn)
+        .await?;
+    let created = CreatedEndpoint { endpoint: row.into_endpoint(), secret: secret.as_str().to_owned() };
+    Ok(HttpResponse::Created().insert_header(("Location", format!("/webhook-endpoints/{id}"))).json(created))
+}
+
+async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<EndpointRow> {
+    let mut conn = state.db.get().await?;
+    ep::table
+        .filter(ep::id.eq(id))
+        .filter(ep::tenant_id.eq(&tenant.id))
+        .filter(ep::deleted_at.is_null())
+        .select(EndpointRow::as_select())
+        .first(&mut conn)
+        .await
+        .optional()?
+        .ok_or(ApiError::NotFound("webhook endpoint"))
+}
+
+/// `GET /webhook-endpoints/{id}`.
+async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let id: EndpointId = parse_id(&path)?;
+    Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
+}
+
+/// `GET /webhook-endpoints`: every endpoint of the tenant, newest first.
+async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult<HttpResponse> {
+    let mut conn = state.db.get().await?;
+    let rows: Vec<EndpointRow> = ep::table
+        .filter(ep::tenant_id.eq(&tenant.id))
+        .filter(ep::deleted_at.is_null())
+        .order(ep::id.desc())
+        .select(EndpointRow::as_select())
+        .load(&mut conn)
+        .await?;
+    let data: Vec<Endpoint> = rows.into_iter().map(EndpointRow::into_endpoint).collect();
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "data": data })))
+}
+
+/// `PATCH /webhook-endpoints/{id}` body: any subset of the fields.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateEndpoint {
+    /// New URL (checked like at creation).
+    pub url: Option<String>,
+    /// New description.
+    pub description: Option<String>,
+    /// New filter; `[]` is refused (use DELETE), absent keeps the current one.
+    pub event_types: Option<Vec<EventType>>,
+    /// New signature format.
+    pub signature_format: Option<SignatureFormat>,
+}
+
+/// `PATCH /webhook-endpoints/{id}`.
+async fn update_endpoint(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    body: web::Json<UpdateEndpoint>,
+) -> ApiResult<HttpResponse> {
+    let id: EndpointId = parse_id(&path)?;
+    load(&state, &tenant, &id).await?;
+    let req = body.into_inner();
+    check_description(&req.description)?;
+    let url = match &req.url {
+        Some(u) => Some(check_url(&state, u).await?),
+        None => None,
+    };
+    if matches!(&req.event_types, Some(t) if t.is_empty()) {
+        return Err(ApiError::unprocessable("invalid_event_types", "event_types may not be empty; omit it to receive every type"));
+    }
+    let mut conn = state.db.get().await?;
+    let target = ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id));
+    let now = Utc::now();
+    if let Some(url) = url {
+        diesel::update(target).set((ep::url.eq(url), ep::updated_at.eq(now))).execute(&mut conn).await?;
+    }
+    if let Some(d) = req.description {
+        diesel::update(target).set((ep::description.eq(d), ep::updated_at.eq(now))).execute(&mut conn).await?;
+    }
+    if let Some(ts) = req.event_types {
+        let ts: Vec<String> = ts.iter().map(|t| t.as_str().to_owned()).collect();
+        diesel::update(target).set((ep::event_types.eq(ts), ep::updated_at.eq(now))).execute(&mut conn).await?;
+    }
+    if let Some(f) = req.signature_format {
+        diesel::update(target).set((ep::signature_format.eq(f.as_str()), ep::updated_at.eq(now))).execute(&mut conn).await?;
+    }
+    drop(conn);
+    Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
+}
+
+/// `DELETE /webhook-endpoints/{id}` → `204`. Pending deliveries to it are not attempted.
+async fn delete_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let id: EndpointId = parse_id(&path)?;
+    load(&state, &tenant, &id).await?;
+    let mut conn = state.db.get().await?;
+    diesel::update(ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id)))
+        .set((ep::deleted_at.eq(Utc::now()), ep::status.eq("disabled"), ep::disabled_reason.eq("deleted")))
+        .execute(&mut conn)
+        .await?;
+    Ok(HttpResponse::NoContent().finish())
+}

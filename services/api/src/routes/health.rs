@@ -1,0 +1,32 @@
+//! `/healthz` (liveness: the process answers) and `/readyz` (dependencies reachable).
+
+use actix_web::{web, HttpResponse};
+use vid_db::RunQueryDsl;
+
+use crate::state::AppState;
+
+/// Routes of this module.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz));
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
+}
+
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let db_ok = match state.db.get().await {
+        Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1"))
+            .get_result::<i32>(&mut conn)
+            .await
+            .is_ok(),
+        Err(_) => false,
+    };
+    let storage_ok = state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok();
+    let body = serde_json::json!({"database": db_ok, "storage": storage_ok});
+    if db_ok && storage_ok {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

@@ -1,0 +1,97 @@
+//! `/videos`: sources, renditions and posters, with time-limited download URLs.
+
+use std::time::Duration;
+
+use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use vid_core::video::{Poster, Rendition, SourceMetadata, Video, VideoStatus};
+use vid_core::{OperationId, VideoId};
+use vid_db::schema::videos;
+use vid_db::RunQueryDsl;
+
+use crate::auth::Tenant;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::operations::page;
+use crate::routes::{parse_id, PageQuery};
+use crate::state::AppState;
+use crate::storage;
+
+/// Routes of this module.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/videos", web::get().to(list_videos)).route("/videos/{id}", web::get().to(get_video));
+}
+
+/// A row of `videos`.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = videos)]
+pub struct VideoRow {
+    pub id: VideoId,
+    pub operation_id: OperationId,
+    pub status: String,
+    pub version: i64,
+    pub filename: Option<String>,
+    pub content_type: String,
+    pub source: Option<serde_json::Value>,
+    pub renditions: serde_json::Value,
+    pub poster: Option<serde_json::Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl VideoRow {
+    fn into_video(self) -> Video {
+        Video {
+            id: self.id,
+            status: VideoStatus::parse(&self.status).unwrap_or(VideoStatus::Failed),
+            version: self.version,
+            operation_id: self.operation_id,
+            filename: self.filename,
+            content_type: self.content_type,
+            source: self.source.and_then(|v| serde_json::from_value::<SourceMetadata>(v).ok()),
+            renditions: serde_json::from_value::<Vec<Rendition>>(self.renditions).unwrap_or_default(),
+            poster: self.poster.and_then(|v| serde_json::from_value::<Poster>(v).ok()),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// `GET /videos/{id}`: the video with presigned GET URLs for renditions and poster.
+async fn get_video(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let id: VideoId = parse_id(&path)?;
+    let mut conn = state.db.get().await?;
+    let row = videos::table
+        .filter(videos::id.eq(&id))
+        .filter(videos::tenant_id.eq(&tenant.id))
+        .select(VideoRow::as_select())
+        .first(&mut conn)
+        .await
+        .optional()?
+        .ok_or(ApiError::NotFound("video"))?;
+    drop(conn);
+    let mut video = row.into_video();
+    let ttl = Duration::from_secs(state.settings.uploads.download_url_ttl_seconds);
+    for r in &mut video.renditions {
+        let (url, expires) = storage::presign_get(&state, &r.storage_key, ttl).await?;
+        r.url = Some(url);
+        r.url_expires_at = Some(expires);
+    }
+    if let Some(p) = &mut video.poster {
+        p.url = Some(storage::presign_get(&state, &p.storage_key, ttl).await?.0);
+    }
+    Ok(HttpResponse::Ok().json(video))
+}
+
+/// `GET /videos?limit=&cursor=`: newest first, without download URLs.
+async fn list_videos(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
+    let limit = query.limit();
+    let mut q = videos::table.filter(videos::tenant_id.eq(&tenant.id)).into_boxed();
+    if let Some(cursor) = &query.cursor {
+        let cursor: VideoId = cursor.parse().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not a video id"))?;
+        q = q.filter(videos::id.lt(cursor));
+    }
+    let mut conn = state.db.get().await?;
+    let rows: Vec<VideoRow> = q.order(videos::id.desc()).limit(limit + 1).select(VideoRow::as_select()).load(&mut conn).await?;
+    Ok(HttpResponse::Ok().json(page(rows, limit, |r| r.id.to_string(), VideoRow::into_video)))
+}

@@ -1,0 +1,72 @@
+//! The api's settings (see `config/default.toml` for every default).
+
+use serde::Deserialize;
+use vid_infra::settings::{AmqpSettings, DatabaseSettings, S3Settings, TelemetrySettings};
+use vid_infra::SecretString;
+
+/// Everything the api reads from `config/` and `VID__…` variables.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    /// Logs.
+    pub telemetry: TelemetrySettings,
+    /// PostgreSQL.
+    pub database: DatabaseSettings,
+    /// RabbitMQ.
+    pub amqp: AmqpSettings,
+    /// The media bucket.
+    pub s3: S3Settings,
+    /// HTTP listener.
+    pub api: HttpSettings,
+    /// Upload limits.
+    pub uploads: UploadSettings,
+    /// Operation supervision.
+    pub operations: OperationSettings,
+    /// Webhook endpoint policy.
+    pub webhooks: WebhookSettings,
+}
+
+/// `[api]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct HttpSettings {
+    /// `host:port` to bind; port 0 picks a free port (tests).
+    pub listen: String,
+    /// Public base URL for absolute links; empty for relative `Location` headers.
+    pub public_url: String,
+}
+
+/// `[uploads]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct UploadSettings {
+    /// Largest accepted `size_bytes`.
+    pub max_size_bytes: u64,
+    /// Accepted `content_type`s (compared case-insensitively, parameters ignored).
+    pub allowed_content_types: Vec<String>,
+    /// Preferred part size in bytes; raised to keep within 10,000 parts, never below 5 MiB.
+    pub target_part_size_bytes: u64,
+    /// Lifetime of each presigned part URL, in seconds.
+    pub part_url_ttl_seconds: u64,
+    /// An upload not completed within this many seconds is aborted and marked `expired`.
+    pub expire_after_seconds: u64,
+    /// Lifetime of rendition and poster download URLs, in seconds.
+    pub download_url_ttl_seconds: u64,
+}
+
+/// `[operations]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct OperationSettings {
+    /// A running operation with no report for this long is failed (`worker_lost`).
+    pub heartbeat_timeout_seconds: u64,
+}
+
+/// `[webhooks]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct WebhookSettings {
+    /// CIDRs endpoint URLs may resolve to although not globally routable.
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// Refuse `http://` endpoint URLs.
+    pub require_https: bool,
+    /// 64 hex characters: the AES-256-GCM key sealing endpoint secrets.
+    pub secret_key: SecretString,
+    /// How long a rotated-out secret keeps signing, in seconds.
+    pub secret_rotation_overlap_seconds: u64,
+}

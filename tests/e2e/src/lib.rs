@@ -1,0 +1,237 @@
+//! Harness for end-to-end tests: runs the real `api`, `transcoder` and
+//! `webhook-dispatcher` binaries (built by `cargo build --bins`) against the
+//! local stack, each test with its own database and RabbitMQ prefix, and a
+//! recording webhook receiver on loopback.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+/// The directory holding the built service binaries.
+pub fn bin_dir() -> PathBuf {
+    let root = vid_testkit::repo_root();
+    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
+    target.join("debug")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// One running platform: three child processes sharing a fresh database and prefix.
+pub struct Stack {
+    /// `http://127.0.0.1:<port>`
+    pub api_url: String,
+    /// An API key of a fresh tenant.
+    pub api_key: String,
+    /// The database URL.
+    pub database_url: String,
+    env: Vec<(String, String)>,
+    children: HashMap<&'static str, Child>,
+    log_dir: PathBuf,
+}
+
+impl Stack {
+    /// Starts the three services and creates a tenant. `extra_env` overrides settings
+    /// (`VID__SECTION__KEY`).
+    pub async fn start(extra_env: &[(&str, &str)]) -> Stack {
+        let database_url = vid_testkit::fresh_database().await;
+        let prefix = vid_testkit::unique_prefix();
+        let port = free_port();
+        let root = vid_testkit::repo_root();
+        let log_dir = root.join(".local/test-logs").join(&prefix);
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let mut env: Vec<(String, String)> = vid_testkit::stack_env().into_iter().collect();
+        env.extend([
+            ("VID_PROFILE".into(), "test".into()),
+            ("VID_CONFIG_DIR".into(), root.join("config").display().to_string()),
+            ("VID__DATABASE__URL".into(), database_url.clone()),
+            ("VID__AMQP__PREFIX".into(), prefix.clone()),
+            ("VID__API__LISTEN".into(), format!("127.0.0.1:{port}")),
+            ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+            ("VID__TRANSCODER__WORK_DIR".into(), std::env::temp_dir().join(format!("vid-{prefix}")).display().to_string()),
+            ("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+        ]);
+        for (k, v) in extra_env {
+            env.push(((*k).into(), (*v).into()));
+        }
+        let mut stack = Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir };
+        stack.api_key = stack.create_tenant("e2e");
+        for name in ["api", "transcoder", "webhook-dispatcher"] {
+            stack.spawn(name);
+        }
+        stack.wait_healthy().await;
+        stack
+    }
+
+    fn command(&self, name: &str) -> Command {
+        let path = bin_dir().join(name);
+        assert!(path.exists(), "{} is missing: run `cargo build --bins` (make test does)", path.display());
+        let mut cmd = Command::new(path);
+        cmd.current_dir(vid_testkit::repo_root());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn create_tenant(&self, name: &str) -> String {
+        let out = self.command("api").args(["create-tenant", "--name", name]).stderr(Stdio::inherit()).output().unwrap();
+        assert!(out.status.success(), "create-tenant failed");
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Starts (or restarts) one service; its output goes to `.local/test-logs/<prefix>/<name>.log`.
+    pub fn spawn(&mut self, name: &'static str) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_dir.join(format!("{name}.log"))).unwrap();
+        let child = self.command(name).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
+        self.children.insert(name, child);
+    }
+
+    /// SIGKILLs one service.
+    pub fn kill(&mut self, name: &str) {
+        if let Some(mut c) = self.children.remove(name) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    async fn wait_healthy(&self) {
+        let client = vid_client::Client::new(&self.api_url, &self.api_key);
+        for _ in 0..150 {
+            if client.raw(vid_client::HttpMethod::GET, "/healthz", None).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("api did not become healthy; see {}", self.log_dir.display());
+    }
+
+    /// An SDK client for the tenant.
+    pub fn client(&self) -> vid_client::Client {
+        vid_client::Client::new(&self.api_url, &self.api_key)
+    }
+
+    /// Where the services' logs are.
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        for (_, mut c) in self.children.drain() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One request a [`Receiver`] got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// Header names in lower case.
+    pub headers: HashMap<String, String>,
+    /// The raw body bytes.
+    pub body: Bytes,
+}
+
+/// A webhook receiver on 127.0.0.1 that records every request and answers `status`.
+#[derive(Clone)]
+pub struct Receiver {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Everything received so far.
+    pub received: Arc<Mutex<Vec<Received>>>,
+    /// The status it answers with (changeable while running).
+    pub status: Arc<Mutex<u16>>,
+}
+
+impl Receiver {
+    /// Starts a receiver answering `status`.
+    pub async fn start(status: u16) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let status = Arc::new(Mutex::new(status));
+        let (rec, st) = (received.clone(), status.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { return };
+                let (rec, st) = (rec.clone(), st.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let (rec, st) = (rec.clone(), st.clone());
+                        async move {
+                            let headers = req
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+                                .collect();
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            rec.lock().unwrap().push(Received { headers, body });
+                            let code = *st.lock().unwrap();
+                            Ok::<_, hyper::Error>(Response::builder().status(code).body(Full::new(Bytes::from_static(b"ok"))).unwrap())
+                        }
+                    });
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+        });
+        Receiver { addr, received, status }
+    }
+
+    /// `http://127.0.0.1:<port>/hook`
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    /// Waits until a request satisfying `pred` arrives; returns it.
+    pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&Received) -> bool) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.received.lock().unwrap().iter().find(|r| pred(r)).cloned() {
+                return Some(r);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Runs `ffprobe` on a file; returns its JSON (`-show_streams -show_format`).
+pub fn ffprobe(path: &Path) -> serde_json::Value {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-print_format", "json", "-show_streams", "-show_format"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs");
+    assert!(out.status.success(), "ffprobe failed on {}", path.display());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Makes a real H.264/AAC MP4 with the ffmpeg CLI (test pattern + tone).
+pub fn make_video(path: &Path, width: u32, height: u32, seconds: f32, video_bitrate: &str) {
+    let status = Command::new("ffmpeg")
+        .args(["-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i"])
+        .arg(format!("testsrc2=size={width}x{height}:rate=25:duration={seconds}"))
+        .args(["-f", "lavfi", "-i"])
+        .arg(format!("sine=frequency=440:duration={seconds}"))
+        .args(["-c:v", "libx264", "-preset", "ultrafast", "-b:v", video_bitrate, "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest"])
+        .arg(path)
+        .status()
+        .expect("ffmpeg runs");
+    assert!(status.success(), "ffmpeg could not make {}", path.display());
+}
