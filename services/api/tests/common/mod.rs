@@ -1,0 +1,43 @@
+//! Spawns the real api in-process against the local stack, with a fresh
+//! database and RabbitMQ prefix per test.
+
+#![allow(dead_code)]
+
+use vid_api::{Application, Settings};
+
+pub struct TestApi {
+    pub url: String,
+    pub key: String,
+    pub state: vid_api::state::AppState,
+}
+
+impl TestApi {
+    pub async fn start(overrides: &[(&str, &str)]) -> TestApi {
+        let db = vid_testkit::fresh_database().await;
+        let prefix = vid_testkit::unique_prefix();
+        let mut all: Vec<(&str, &str)> =
+            vec![("database.url", db.as_str()), ("amqp.prefix", prefix.as_str()), ("api.listen", "127.0.0.1:0")];
+        all.extend_from_slice(overrides);
+        let settings: Settings = vid_testkit::settings(&all);
+        let app = Application::build(settings).expect("api builds");
+        let url = format!("http://127.0.0.1:{}", app.port());
+        let state = app.state().clone();
+        tokio::spawn(app.run());
+        let (_, key) = vid_api::auth::create_tenant(&state.db, "test").await.unwrap();
+        TestApi { url, key, state }
+    }
+
+    pub fn client(&self) -> vid_client::Client {
+        vid_client::Client::new(&self.url, &self.key)
+    }
+
+    /// A client of another tenant of the same api.
+    pub async fn other_tenant(&self) -> vid_client::Client {
+        let (_, key) = vid_api::auth::create_tenant(&self.state.db, "other").await.unwrap();
+        vid_client::Client::new(&self.url, &key)
+    }
+}
+
+pub fn problem_code(e: &vid_client::ClientError) -> String {
+    e.problem().map(|p| p.code.clone()).unwrap_or_else(|| format!("not a problem: {e}"))
+}
