@@ -51,6 +51,7 @@ clean_stale() {
     fi
 }
 
+port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 api_healthy() { curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null; }
 
 # set_profile [debug|release]: sets PROFILE; default is the profile of the last start.
@@ -154,6 +155,9 @@ start_services() {   # start_services PROFILE NAME...
         local hint="cargo build"; [ "$profile" = release ] && hint="cargo build --release"
         [ -n "${BIN_DIR:-}" ] && hint="check BIN_DIR"
         die "missing binaries: ${missing[*]} ($hint)"
+    fi
+    if [[ " $* " == *" api "* ]] && ! running api >/dev/null && port_open "$API_PORT"; then
+        die "127.0.0.1:$API_PORT is already in use by a process services.sh did not start; stop it or set VID_API_PORT"
     fi
     echo "$profile" >"$PROFILE_FILE"
     for name in "$@"; do

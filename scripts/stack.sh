@@ -96,12 +96,12 @@ apt_install() {
     command -v apt-get >/dev/null || die "apt-get not available; install these manually: $*"
     if [ "$APT_UPDATED" = 0 ]; then
         say apt "apt-get update"
-        as_root apt-get update -qq >>"$LOGS/apt.log" 2>&1 || die "apt-get update failed (see .local/logs/apt.log)"
+        as_root apt-get update -qq >>"$LOGS/apt.log" 2>&1 9>&- || die "apt-get update failed (see .local/logs/apt.log)"
         APT_UPDATED=1
     fi
     say apt "installing $*"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
-        >>"$LOGS/apt.log" 2>&1 || die "apt-get install $* failed (see .local/logs/apt.log)"
+        >>"$LOGS/apt.log" 2>&1 9>&- || die "apt-get install $* failed (see .local/logs/apt.log)"
 }
 
 # ------------------------------------------------------------- postgresql --
@@ -120,9 +120,9 @@ postgres_up() {
         fi
         local ver; ver="$(pg_version)"
         [ -n "$ver" ] || die "PostgreSQL installed but no version under /etc/postgresql"
-        [ -d "/etc/postgresql/$ver/main" ] || as_root pg_createcluster "$ver" main >/dev/null
+        [ -d "/etc/postgresql/$ver/main" ] || as_root pg_createcluster "$ver" main >/dev/null 9>&-
         say postgres "starting cluster $ver/main"
-        as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start \
+        as_root pg_ctlcluster --skip-systemctl-redirect "$ver" main start 9>&- \
             || die "pg_ctlcluster $ver main start failed; see /var/log/postgresql/postgresql-$ver-main.log and pg_lsclusters"
         echo "$ver" >"$STARTED/postgresql"
         wait_for 30 pg_ready || die "PostgreSQL not accepting connections on $PG_HOST:$PG_PORT after 30 s (see /var/log/postgresql/postgresql-$ver-main.log)"
@@ -149,6 +149,9 @@ postgres_up() {
 
 # --------------------------------------------------------------- rabbitmq --
 
+# Erlang CLI tools may spawn epmd; keep the lock fd away from it.
+rabbitmqctl() { command rabbitmqctl "$@" 9>&-; }
+rabbitmq-diagnostics() { command rabbitmq-diagnostics "$@" 9>&-; }
 rmq_ready() { tcp_open "$AMQP_PORT" && rabbitmq-diagnostics -q ping >/dev/null 2>&1; }
 
 # Only used when infra-up installed RabbitMQ itself: keep it on loopback.
@@ -168,7 +171,7 @@ rabbitmq_up() {
             rabbitmq_loopback_config
         fi
         say rabbitmq "starting rabbitmq-server (takes ~20 s)"
-        as_root rabbitmq-server -detached >/dev/null 2>&1 || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/"
+        as_root rabbitmq-server -detached >/dev/null 2>&1 9>&- || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/"
         touch "$STARTED/rabbitmq"
         wait_for 90 rmq_ready || die "RabbitMQ not answering on 127.0.0.1:$AMQP_PORT after 90 s; see /var/log/rabbitmq/"
     fi
@@ -221,8 +224,8 @@ garage_binary() {
     if [ ! -x "$GARAGE_BIN" ]; then
         [ "$GARAGE_BIN" = "$GARAGE_DEFAULT_BIN" ] || die "GARAGE_BIN=$GARAGE_BIN is not an executable"
         command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) or point GARAGE_BIN at a garage $GARAGE_VERSION binary"
-        say garage "building garage $GARAGE_VERSION with cargo install (takes ~7 min; log .local/logs/garage-install.log)"
-        cargo install --locked garage --version "$GARAGE_VERSION" >"$LOGS/garage-install.log" 2>&1 \
+        say garage "building garage $GARAGE_VERSION with cargo install (takes ~7-15 min; log .local/logs/garage-install.log)"
+        cargo install --locked garage --version "$GARAGE_VERSION" >"$LOGS/garage-install.log" 2>&1 9>&- \
             || die "cargo install garage failed; see .local/logs/garage-install.log"
     fi
     local v; v="$("$GARAGE_BIN" --version 2>/dev/null | head -n1)"
@@ -271,7 +274,7 @@ garage_config() {
 garage_start() {
     # setsid: own session, so Ctrl-C in the calling terminal does not reach it.
     # 9>&-: do not inherit the stack.lock descriptor.
-    setsid "$GARAGE_BIN" -c "$GARAGE_CONF" server >>"$GARAGE_LOG" 2>&1 </dev/null 9>&- &
+    NO_COLOR=1 setsid "$GARAGE_BIN" -c "$GARAGE_CONF" server >>"$GARAGE_LOG" 2>&1 </dev/null 9>&- &
     local pid=$!
     echo "$pid" >"$GARAGE_PID"
     say garage "started (pid $pid, log .local/logs/garage.log)"
@@ -379,6 +382,9 @@ EOF
 
 # ------------------------------------------------------------ subcommands --
 
+# Serialise infra-up/infra-down.  Fd 9 holds the lock, so every command that
+# may leave a daemon behind (pg_ctlcluster, rabbitmq-server, apt-get, garage)
+# runs with 9>&-; otherwise that daemon would hold the lock forever.
 lock() {
     exec 9>"$LOCAL/stack.lock"
     flock -w 900 9 || die "another scripts/stack.sh is still running (lock .local/stack.lock)"
@@ -446,7 +452,7 @@ cmd_status() {
 cmd_garage_check() {
     local url="http://127.0.0.1:$S3_PORT/" resp code body
     resp="$(curl -sS --max-time 5 -w '\n%{http_code}' "$url" 2>&1)" \
-        || die "no answer from $url ($resp); is Garage running? try scripts/stack.sh infra-up"
+        || die "no answer from $url ($(grep -m1 '^curl:' <<<"$resp")); is Garage running? try scripts/stack.sh infra-up"
     code="${resp##*$'\n'}"
     body="${resp%$'\n'*}"
     if [[ "$body" == *"<Error>"* && "$body" == *"<Code>"* ]]; then

@@ -114,6 +114,10 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         deleted_at -> Nullable<Timestamptz>,
+        consecutive_failures -> Int4,
+        failing_since -> Nullable<Timestamptz>,
+        last_success_at -> Nullable<Timestamptz>,
+        throttled_until -> Nullable<Timestamptz>,
     }
 }
 
@@ -132,6 +136,7 @@ diesel::table! {
         last_attempt_at -> Nullable<Timestamptz>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        manual_retry -> Bool,
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod consumers;
 pub mod error;
+pub mod idempotency;
 pub mod janitor;
 pub mod lifecycle;
 pub mod outbox;

@@ -1,0 +1,18 @@
+//! The transcoder service: consumes transcode jobs from RabbitMQ, runs the
+//! libav work in a supervised child process, uploads the outputs to S3 and
+//! reports over RabbitMQ.
+//!
+//! - [`media`]: probe, validate, ladder planning, the single-decode transcoder, poster;
+//! - [`child`]: the child-process protocol (`transcoder work --spec …`) and its supervision;
+//! - [`worker`]: the queue loop (jobs, cancel, reports, acks, shutdown);
+//! - [`settings`]: the `[transcoder]` settings;
+//! - [`health`]: `/healthz` and `/readyz`.
+
+// `Problem` (RFC 9457, ~150 bytes) is the error type on purpose; the paths are cold.
+#![allow(clippy::result_large_err)]
+
+pub mod child;
+pub mod health;
+pub mod media;
+pub mod settings;
+pub mod worker;

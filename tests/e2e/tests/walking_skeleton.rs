@@ -22,7 +22,7 @@ async fn a_real_video_travels_the_whole_system() {
     // ~12 MB of real H.264 → three 5 MiB parts, sent in parallel.
     let dir = tempdir();
     let source = dir.join("source.mp4");
-    make_video(&source, 1280, 720, 4.0, "24M");
+    make_video(&source, 1280, 720, 6.0, "40M");
     let size = std::fs::metadata(&source).unwrap().len();
     assert!(size > 10 * 1024 * 1024, "source should need several parts, got {size} bytes");
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use actix_web::{web, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
@@ -91,8 +91,17 @@ async fn load_upload(state: &AppState, tenant: &Tenant, id: &UploadId) -> ApiRes
 ///
 /// Errors: `invalid_size` (0 bytes), `file_too_large`, `unsupported_content_type` (422);
 /// `too_many_uploads` (429) past the tenant's in-flight cap; `storage_unavailable` (503).
-async fn create_upload(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateUpload>) -> ApiResult<HttpResponse> {
+async fn create_upload(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    http: HttpRequest,
+    body: web::Json<CreateUpload>,
+) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
+    crate::idempotency::once(&state, &tenant, &http, "POST /uploads", &req, || create_upload_once(&state, &tenant, req.clone())).await
+}
+
+async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload) -> ApiResult<HttpResponse> {
     let limits = &state.settings.uploads;
     if req.size_bytes == 0 {
         return Err(ApiError::unprocessable("invalid_size", "size_bytes must be at least 1"));
@@ -131,7 +140,7 @@ async fn create_upload(state: web::Data<AppState>, tenant: Tenant, body: web::Js
     let (part_size, part_count) = storage::plan_parts(req.size_bytes, limits.target_part_size_bytes);
     let id = UploadId::generate();
     let key = source_key(&tenant.id, &id);
-    let s3_upload_id = storage::create_multipart(&state, &key, &content_type).await?;
+    let s3_upload_id = storage::create_multipart(state, &key, &content_type).await?;
     let expires_at = Utc::now() + chrono::Duration::seconds(limits.expire_after_seconds as i64);
 
     {
@@ -158,7 +167,7 @@ async fn create_upload(state: web::Data<AppState>, tenant: Tenant, body: web::Js
     let mut parts = Vec::with_capacity(part_count as usize);
     for n in 1..=part_count {
         let (offset, length) = storage::part_range(req.size_bytes, part_size, n);
-        parts.push(storage::presign_part(&state, &key, &s3_upload_id, n, length, offset, ttl).await?);
+        parts.push(storage::presign_part(state, &key, &s3_upload_id, n, length, offset, ttl).await?);
     }
     let url_expiry = parts.iter().map(|p| p.expires_at).min().unwrap_or_else(Utc::now);
     let created = CreatedUpload { id: id.clone(), status: UploadStatus::Created, size_bytes: req.size_bytes, part_size, parts, expires_at: url_expiry };
@@ -266,11 +275,21 @@ async fn abort_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Pat
 async fn complete_upload(
     state: web::Data<AppState>,
     tenant: Tenant,
+    http: HttpRequest,
     path: web::Path<String>,
     body: Option<web::Json<CompleteUpload>>,
 ) -> ApiResult<HttpResponse> {
     let id: UploadId = parse_id(&path)?;
-    let row = load_upload(&state, &tenant, &id).await?;
+    let body = body.map(|b| b.into_inner()).unwrap_or_default();
+    let route = format!("POST /uploads/{id}/complete");
+    crate::idempotency::once(&state, &tenant, &http, &route, &body, || complete_upload_once(&state, &tenant, id.clone(), body.clone()))
+        .await
+}
+
+async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, body: CompleteUpload) -> ApiResult<HttpResponse> {
+    let state = state;
+    let tenant = tenant;
+    let row = load_upload(state, tenant, &id).await?;
     refuse_if_closed(&row)?;
     if let (UploadStatus::Completed, Some(op_id)) = (row.status(), &row.operation_id) {
         return accepted(&state, &tenant, op_id).await;
@@ -279,7 +298,7 @@ async fn complete_upload(
     let stored = storage::list_parts(&state, &row.storage_key, &row.s3_upload_id).await?;
     match stored {
         Some(stored) => {
-            check_parts(&row, &stored, body.and_then(|b| b.into_inner().parts))?;
+            check_parts(&row, &stored, body.parts)?;
             mark_completing(&state, &id).await?;
             let assembled = storage::complete_multipart(&state, &row.storage_key, &row.s3_upload_id, &stored).await?;
             if !assembled {

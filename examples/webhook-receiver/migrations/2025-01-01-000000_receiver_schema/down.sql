@@ -1,0 +1,3 @@
+DROP TABLE applied_effects;
+DROP TABLE videos;
+DROP TABLE seen_events;

@@ -1,0 +1,44 @@
+//! A tiny HTTP/1.1 health server on raw tokio: `GET /healthz` (200 while the
+//! process runs) and `GET /readyz` (200 while the AMQP connection is up and
+//! consuming, else 503). Anything else is 404. One request per connection.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Binds `addr` and serves until the task is dropped. Errors: the bind failed.
+pub async fn serve(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "health server listening");
+    Ok(tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { continue };
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let n = match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await {
+                    Ok(Ok(n)) => n,
+                    _ => return,
+                };
+                let line = String::from_utf8_lossy(&buf[..n]);
+                let path = line.split_whitespace().nth(1).unwrap_or("");
+                let (status, body) = match path {
+                    "/healthz" => ("200 OK", "ok\n"),
+                    "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n"),
+                    "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n"),
+                    _ => ("404 Not Found", "not found\n"),
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    }))
+}

@@ -1,0 +1,601 @@
+//! The queue loop: consume transcode jobs, run each in a supervised child,
+//! upload the outputs, report, and ack only after the terminal report is
+//! confirmed by the broker.
+//!
+//! Per job (one delivery of `P.transcode.jobs`):
+//!
+//! 1. Malformed JSON: logged and acked (a retry cannot help).
+//! 2. `Started`, then `Progress{phase, percent}` at most once a second
+//!    (plus a heartbeat every 30 s when nothing moves): downloading 0–10 %,
+//!    probing 10–12 %, transcoding 12–90 %, uploading 90–99 %; whole-job,
+//!    never decreasing, never above 99.
+//! 3. Exactly one terminal report, `Succeeded` or `Failed`, then the ack.
+//! 4. Transient failures (S3, broker, our own I/O): no report, a short sleep,
+//!    then `basic_nack(requeue)`; the quorum queue's delivery limit
+//!    dead-letters a job that keeps failing.
+//! 5. A `CancelTranscode` on the control fan-out for an operation held here:
+//!    the child is killed, uploaded outputs deleted, the job acked, nothing
+//!    more published.
+//! 6. Shutdown: the consumer is cancelled, running jobs get
+//!    `shutdown_grace_seconds` to finish; the rest are killed and requeued.
+//!
+//! The local work directory `<work_dir>/<operation id>/` is removed when the
+//! job ends, whatever the outcome (a drop guard, so also on panic or abort).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use aws_sdk_s3::error::DisplayErrorContext;
+use aws_sdk_s3::primitives::{ByteStream, Length};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use futures::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
+use vid_core::operation::Phase;
+use vid_core::video::{Poster, Rendition};
+use vid_core::OperationId;
+use vid_infra::amqp::{Publisher, Topology, RK_REPORT};
+
+use crate::child::{self, ChildMessage, ChildOutcome, Stop};
+use crate::media::{MediaJob, MediaOutcome};
+use crate::settings::Settings;
+
+/// Objects larger than this are uploaded with S3 multipart upload.
+pub const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
+/// Part size of multipart uploads.
+pub const PART_SIZE: u64 = 16 * 1024 * 1024;
+/// A `Progress` report is sent at least this often while a job runs (heartbeat).
+pub const HEARTBEAT: Duration = Duration::from_secs(30);
+
+/// Shared state of a running worker.
+#[derive(Clone)]
+pub struct Worker {
+    settings: Arc<Settings>,
+    s3: aws_sdk_s3::Client,
+    topology: Topology,
+    child_exe: PathBuf,
+    name: String,
+    /// Set while the AMQP connection is up and consuming (for `/readyz`).
+    pub ready: Arc<AtomicBool>,
+}
+
+/// Running jobs by delivery tag: operation and the stop switch of its child.
+type Active = Arc<Mutex<HashMap<u64, (OperationId, watch::Sender<Option<Stop>>)>>>;
+
+/// How a job ended, i.e. what to do with its delivery.
+#[derive(Debug)]
+enum JobEnd {
+    /// The terminal report is confirmed: ack.
+    Reported,
+    /// Cancelled: outputs deleted; ack, publish nothing.
+    Cancelled,
+    /// Shutting down: requeue at once.
+    Shutdown,
+    /// Retry later: sleep, then requeue.
+    Transient(anyhow::Error),
+}
+
+impl Worker {
+    /// A worker for `settings`. `child_exe` is the binary to run as
+    /// `<exe> work --spec …` (normally `std::env::current_exe()`).
+    pub fn new(settings: Settings, child_exe: PathBuf) -> Self {
+        let s3 = vid_infra::storage::client(&settings.s3);
+        let topology = Topology::new(settings.amqp.prefix.clone());
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown".into());
+        Self {
+            settings: Arc::new(settings),
+            s3,
+            topology,
+            child_exe,
+            name: format!("{host}/{}", std::process::id()),
+            ready: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Consumes jobs until `shutdown` turns true, reconnecting after broker
+    /// failures (jobs in flight then are killed; the broker redelivers them).
+    /// Returns after a graceful shutdown.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let mut delay = Duration::from_millis(500);
+        loop {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            match self.session(&mut shutdown).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    self.ready.store(false, Ordering::SeqCst);
+                    tracing::error!(error = format!("{e:#}"), retry_in_ms = delay.as_millis() as u64, "AMQP session ended; reconnecting");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = shutdown.wait_for(|s| *s) => return Ok(()),
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
+    }
+
+    async fn session(&self, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+        let conn = vid_infra::amqp::connect(&self.settings.amqp, Duration::from_secs(30)).await?;
+        let publisher = Publisher::new(&conn).await.context("opening the publisher channel")?;
+        self.topology.declare(publisher.channel()).await?;
+        let ch = conn.create_channel().await?;
+        let concurrency = self.settings.transcoder.concurrency.max(1);
+        ch.basic_qos(concurrency, BasicQosOptions::default()).await?;
+        let tag = format!("transcoder-{}", self.name);
+        let mut jobs = ch
+            .basic_consume(&self.topology.transcode_jobs(), &tag, BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .context("consuming transcode jobs")?;
+        let ctl = conn.create_channel().await?;
+        let q = ctl
+            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
+            .await?;
+        ctl.queue_bind(q.name().as_str(), &self.topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default())
+            .await?;
+        let mut cancels = ctl
+            .basic_consume(q.name().as_str(), "", BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default())
+            .await?;
+        let conn = Arc::new(conn);
+        self.ready.store(true, Ordering::SeqCst);
+        tracing::info!(queue = %self.topology.transcode_jobs(), concurrency, "consuming transcode jobs");
+
+        let active: Active = Arc::default();
+        let mut tasks = JoinSet::new();
+        let result: anyhow::Result<()> = loop {
+            tokio::select! {
+                d = jobs.next() => match d {
+                    Some(Ok(delivery)) => {
+                        let (tx, rx) = watch::channel(None);
+                        let this = self.clone();
+                        let publisher = publisher.clone();
+                        let active = active.clone();
+                        tasks.spawn(async move { this.handle(delivery, publisher, active, tx, rx).await });
+                    }
+                    Some(Err(e)) => break Err(anyhow!(e).context("the job consumer failed")),
+                    None => break Err(anyhow!("the job consumer was closed by the broker")),
+                },
+                c = cancels.next() => match c {
+                    Some(Ok(d)) => match serde_json::from_slice::<CancelTranscode>(&d.data) {
+                        Ok(c) => {
+                            let mut held = 0;
+                            for (op, tx) in active.lock().unwrap().values() {
+                                if *op == c.operation_id {
+                                    let _ = tx.send(Some(Stop::Cancel));
+                                    held += 1;
+                                }
+                            }
+                            tracing::info!(operation_id = %c.operation_id, held, "cancel received");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "malformed cancel message ignored"),
+                    },
+                    Some(Err(e)) => break Err(anyhow!(e).context("the control consumer failed")),
+                    None => break Err(anyhow!("the control consumer was closed")),
+                },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                _ = shutdown.wait_for(|s| *s) => break Ok(()),
+            }
+        };
+        if let Err(e) = result {
+            tasks.abort_all(); // kills the children (kill_on_drop) and cleans the work dirs (guards)
+            return Err(e);
+        }
+
+        // Graceful shutdown: no new jobs, let the running ones finish within the grace period.
+        tracing::info!(running = tasks.len(), "shutting down: consumer cancelled");
+        if let Err(e) = ch.basic_cancel(&tag, BasicCancelOptions::default()).await {
+            tracing::warn!(error = %e, "basic.cancel failed");
+        }
+        let grace = Duration::from_secs(self.settings.transcoder.shutdown_grace_seconds);
+        let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(running = tasks.len(), "grace period over: killing and requeueing the running jobs");
+            for (_, tx) in active.lock().unwrap().values() {
+                let _ = tx.send(Some(Stop::Shutdown));
+            }
+            if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await.is_err() {
+                tasks.abort_all();
+            }
+        }
+        self.ready.store(false, Ordering::SeqCst);
+        let _ = conn.close(200, "transcoder shutting down").await;
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        delivery: Delivery,
+        publisher: Publisher,
+        active: Active,
+        stop_tx: watch::Sender<Option<Stop>>,
+        stop: watch::Receiver<Option<Stop>>,
+    ) {
+        let tag = delivery.delivery_tag;
+        let job: TranscodeJob = match serde_json::from_slice(&delivery.data) {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::error!(error = %e, body = %String::from_utf8_lossy(&delivery.data).chars().take(500).collect::<String>(), "malformed transcode job: acked and dropped");
+                if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+                    tracing::warn!(error = %e, "ack failed");
+                }
+                return;
+            }
+        };
+        let span = tracing::info_span!("job", operation_id = %job.operation_id, video_id = %job.video_id, redelivered = delivery.redelivered);
+        active.lock().unwrap().insert(tag, (job.operation_id.clone(), stop_tx));
+        let end = tracing::Instrument::instrument(self.process(&job, &publisher, stop), span.clone()).await;
+        active.lock().unwrap().remove(&tag);
+        let _g = span.enter();
+        let r = match end {
+            JobEnd::Reported => delivery.ack(BasicAckOptions::default()).await,
+            JobEnd::Cancelled => {
+                tracing::info!("job cancelled: acked, nothing more reported");
+                delivery.ack(BasicAckOptions::default()).await
+            }
+            JobEnd::Shutdown => {
+                tracing::info!("job requeued for shutdown");
+                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            }
+            JobEnd::Transient(e) => {
+                tracing::warn!(error = format!("{e:#}"), "transient failure: requeueing after a backoff");
+                tokio::time::sleep(Duration::from_secs_f64(self.settings.transcoder.retry_backoff_seconds.max(0.0))).await;
+                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "ack/nack failed; the broker will redeliver the job");
+        }
+    }
+
+    async fn process(&self, job: &TranscodeJob, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
+        let work = match WorkDir::create(&self.settings.transcoder.work_dir, job.operation_id.as_str()) {
+            Ok(w) => w,
+            Err(e) => return JobEnd::Transient(e),
+        };
+        let reports = Reports { publisher: publisher.clone(), worker: self.name.clone(), exchange: self.topology.reports_exchange(), job: job.clone() };
+        if let Err(e) = reports.send(ReportKind::Started).await {
+            return JobEnd::Transient(e);
+        }
+        let progress = ProgressReporter::start(reports.clone());
+        let mut uploaded: Vec<String> = Vec::new();
+        let res = self.steps(job, &work, &progress, &mut stop, &mut uploaded).await;
+        progress.stop().await; // no progress report after this point
+        match res {
+            Ok(kind) => match reports.send(kind).await {
+                Ok(()) => JobEnd::Reported,
+                Err(e) => JobEnd::Transient(e),
+            },
+            Err(StepError::Stopped(Stop::Cancel)) => {
+                self.delete_outputs(&uploaded).await;
+                JobEnd::Cancelled
+            }
+            Err(StepError::Stopped(Stop::Shutdown)) => JobEnd::Shutdown,
+            Err(StepError::Transient(e)) => JobEnd::Transient(e),
+        }
+        // `work` drops here: the directory is removed.
+    }
+
+    /// Download → child (probe, transcode) → upload. `Ok` is the terminal report to send.
+    async fn steps(
+        &self,
+        job: &TranscodeJob,
+        work: &WorkDir,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+        uploaded: &mut Vec<String>,
+    ) -> Result<ReportKind, StepError> {
+        let t = &self.settings.transcoder;
+        // 1. Download.
+        progress.set(Phase::Downloading, 0.0);
+        let source_path = work.path.join("source");
+        stoppable(stop, self.download(job, &source_path, progress)).await??;
+
+        // 2–3. Probe and transcode in the child.
+        progress.set(Phase::Probing, 10.0);
+        let media_job = MediaJob { input: source_path, out_dir: work.path.join("out"), limits: t.limits(), ladder: t.ladder.clone() };
+        let spec = child::write_spec(&work.path, &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
+        let limits = child::Limits {
+            stall_timeout: t.stall_timeout(),
+            base_budget: Duration::from_secs(600).max(t.stall_timeout() * 2),
+            budget_per_media_second: 20.0,
+            assumed_duration_seconds: t.max_duration_seconds,
+        };
+        let outcome = child::supervise(child::worker_command(&self.child_exe, &spec), limits, stop.clone(), |m| match m {
+            ChildMessage::Probed { .. } => progress.set(Phase::Transcoding, 12.0),
+            ChildMessage::Progress { fraction } => progress.set(Phase::Transcoding, 12.0 + 78.0 * fraction),
+            _ => {}
+        })
+        .await;
+        let outcome: MediaOutcome = match outcome {
+            ChildOutcome::Succeeded(o) => o,
+            ChildOutcome::Failed { error, source } => {
+                tracing::info!(code = %error.code, detail = ?error.detail, "permanent failure");
+                return Ok(ReportKind::Failed { error, source });
+            }
+            ChildOutcome::Internal(m) => return Err(StepError::Transient(anyhow!("worker child: {m}"))),
+            ChildOutcome::Stopped(s) => return Err(StepError::Stopped(s)),
+        };
+
+        // 4. Upload, tallest first, then the poster.
+        progress.set(Phase::Uploading, 90.0);
+        let total: u64 = outcome.transcoded.renditions.iter().map(|r| r.size_bytes).sum::<u64>().max(1);
+        let mut done = 0u64;
+        let mut renditions = Vec::new();
+        for r in &outcome.transcoded.renditions {
+            let key = format!("{}renditions/{}.mp4", job.output_prefix, r.name);
+            uploaded.push(key.clone());
+            stoppable(stop, self.upload(&r.path, &key, "video/mp4")).await??;
+            done += r.size_bytes;
+            progress.set(Phase::Uploading, 90.0 + 9.0 * done as f64 / total as f64);
+            renditions.push(Rendition {
+                name: r.name.clone(),
+                width: r.width,
+                height: r.height,
+                bitrate: r.bitrate,
+                size_bytes: r.size_bytes,
+                content_type: "video/mp4".into(),
+                storage_key: key,
+                url: None,
+                url_expires_at: None,
+            });
+        }
+        let poster = match &outcome.transcoded.poster {
+            Some(p) => {
+                let key = format!("{}poster.jpg", job.output_prefix);
+                uploaded.push(key.clone());
+                stoppable(stop, self.upload(&p.path, &key, "image/jpeg")).await??;
+                Some(Poster { width: p.width, height: p.height, storage_key: key, url: None })
+            }
+            None => None,
+        };
+        if let Some(s) = *stop.borrow() {
+            return Err(StepError::Stopped(s));
+        }
+        Ok(ReportKind::Succeeded { source: outcome.source, renditions, poster })
+    }
+
+    async fn download(&self, job: &TranscodeJob, to: &Path, progress: &ProgressReporter) -> Result<(), StepError> {
+        let bucket = &self.settings.s3.bucket;
+        let resp = self
+            .s3
+            .get_object()
+            .bucket(bucket)
+            .key(&job.source_key)
+            .send()
+            .await
+            .map_err(|e| StepError::Transient(anyhow!("GET s3://{bucket}/{}: {}", job.source_key, DisplayErrorContext(e))))?;
+        let total = resp.content_length().filter(|n| *n > 0).map(|n| n as u64).unwrap_or(job.source_size_bytes).max(1);
+        let mut body = resp.body;
+        let mut file = tokio::fs::File::create(to).await.map_err(|e| StepError::Transient(anyhow!(e).context("creating the source file")))?;
+        let mut got = 0u64;
+        while let Some(chunk) = body.try_next().await.map_err(|e| StepError::Transient(anyhow!(e).context("reading the source from S3")))? {
+            file.write_all(&chunk).await.map_err(|e| StepError::Transient(anyhow!(e).context("writing the source file")))?;
+            got += chunk.len() as u64;
+            progress.set(Phase::Downloading, 10.0 * (got as f64 / total as f64).min(1.0));
+        }
+        file.flush().await.map_err(|e| StepError::Transient(anyhow!(e)))?;
+        tracing::info!(bytes = got, "source downloaded");
+        Ok(())
+    }
+
+    /// Uploads a local file: PutObject, or multipart above [`MULTIPART_THRESHOLD`].
+    async fn upload(&self, path: &Path, key: &str, content_type: &str) -> Result<(), StepError> {
+        upload_file(&self.s3, &self.settings.s3.bucket, path, key, content_type).await.map_err(StepError::Transient)
+    }
+
+    async fn delete_outputs(&self, keys: &[String]) {
+        for key in keys {
+            match self.s3.delete_object().bucket(&self.settings.s3.bucket).key(key).send().await {
+                Ok(_) => tracing::info!(key, "cancelled: output deleted"),
+                Err(e) => tracing::warn!(key, error = %DisplayErrorContext(e), "cancelled: could not delete an output"),
+            }
+        }
+    }
+}
+
+/// Uploads `path` to `s3://bucket/key`, streaming from disk: PutObject up to
+/// [`MULTIPART_THRESHOLD`], multipart upload in [`PART_SIZE`] parts above
+/// (aborted on failure).
+pub async fn upload_file(s3: &aws_sdk_s3::Client, bucket: &str, path: &Path, key: &str, content_type: &str) -> anyhow::Result<()> {
+    let size = tokio::fs::metadata(path).await?.len();
+    if size <= MULTIPART_THRESHOLD {
+        let body = ByteStream::from_path(path).await?;
+        s3.put_object()
+            .bucket(bucket)
+            .key(key)
+            .content_type(content_type)
+            .content_length(size as i64)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| anyhow!("PUT s3://{bucket}/{key}: {}", DisplayErrorContext(e)))?;
+        return Ok(());
+    }
+    let mp = s3
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .content_type(content_type)
+        .send()
+        .await
+        .map_err(|e| anyhow!("CreateMultipartUpload s3://{bucket}/{key}: {}", DisplayErrorContext(e)))?;
+    let upload_id = mp.upload_id().ok_or_else(|| anyhow!("no upload id"))?.to_owned();
+    let result: anyhow::Result<()> = async {
+        let mut parts = Vec::new();
+        let mut offset = 0u64;
+        let mut n = 1i32;
+        while offset < size {
+            let len = PART_SIZE.min(size - offset);
+            let body = ByteStream::read_from().path(path).offset(offset).length(Length::Exact(len)).build().await?;
+            let part = s3
+                .upload_part()
+                .bucket(bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .part_number(n)
+                .content_length(len as i64)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| anyhow!("UploadPart {n} of s3://{bucket}/{key}: {}", DisplayErrorContext(e)))?;
+            parts.push(CompletedPart::builder().part_number(n).set_e_tag(part.e_tag().map(str::to_owned)).build());
+            offset += len;
+            n += 1;
+        }
+        s3.complete_multipart_upload()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+            .send()
+            .await
+            .map_err(|e| anyhow!("CompleteMultipartUpload s3://{bucket}/{key}: {}", DisplayErrorContext(e)))?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = s3.abort_multipart_upload().bucket(bucket).key(key).upload_id(&upload_id).send().await;
+    }
+    result
+}
+
+#[derive(Debug)]
+enum StepError {
+    Stopped(Stop),
+    Transient(anyhow::Error),
+}
+
+/// Runs `fut` unless a stop arrives first.
+async fn stoppable<T>(stop: &mut watch::Receiver<Option<Stop>>, fut: impl std::future::Future<Output = T>) -> Result<T, StepError> {
+    if let Some(s) = *stop.borrow() {
+        return Err(StepError::Stopped(s));
+    }
+    tokio::select! {
+        v = fut => Ok(v),
+        s = stop.wait_for(|s| s.is_some()) => Err(StepError::Stopped(s.map(|s| s.unwrap()).unwrap_or(Stop::Shutdown))),
+    }
+}
+
+/// Publishes reports for one job.
+#[derive(Clone)]
+struct Reports {
+    publisher: Publisher,
+    worker: String,
+    exchange: String,
+    job: TranscodeJob,
+}
+
+impl Reports {
+    async fn send(&self, kind: ReportKind) -> anyhow::Result<()> {
+        let report = TranscodeReport {
+            operation_id: self.job.operation_id.clone(),
+            video_id: self.job.video_id.clone(),
+            worker: self.worker.clone(),
+            emitted_at: chrono::Utc::now(),
+            kind,
+        };
+        tracing::debug!(kind = ?report.kind, "report");
+        self.publisher
+            .publish_json(&self.exchange, RK_REPORT, &report, Some(self.job.operation_id.as_str()))
+            .await
+            .with_context(|| format!("publishing a report to {}", self.exchange))
+    }
+}
+
+/// Sends `Progress` reports from the latest (phase, percent), at most once a second.
+struct ProgressReporter {
+    state: watch::Sender<(Phase, f64)>,
+    task: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl ProgressReporter {
+    fn start(reports: Reports) -> Self {
+        let (state, mut rx) = watch::channel((Phase::Downloading, 0.0f64));
+        let (stop, mut stop_rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut last_sent: Option<(Phase, u8)> = None;
+            let mut last_at = tokio::time::Instant::now() - Duration::from_secs(1);
+            loop {
+                // Wait for a change (or the heartbeat), then respect the 1/s limit.
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() { return },
+                    _ = tokio::time::sleep_until(last_at + HEARTBEAT) => {}
+                    _ = stop_rx.wait_for(|s| *s) => return,
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep_until(last_at + Duration::from_secs(1)) => {}
+                    _ = stop_rx.wait_for(|s| *s) => return,
+                }
+                let (phase, pct) = *rx.borrow_and_update();
+                let percent = (pct.clamp(0.0, 99.0)) as u8;
+                let heartbeat_due = last_at.elapsed() >= HEARTBEAT;
+                if last_sent == Some((phase, percent)) && !heartbeat_due {
+                    continue;
+                }
+                last_at = tokio::time::Instant::now();
+                last_sent = Some((phase, percent));
+                if let Err(e) = reports.send(ReportKind::Progress { phase, percent }).await {
+                    tracing::warn!(error = format!("{e:#}"), "progress report not sent");
+                }
+            }
+        });
+        Self { state, task, stop }
+    }
+
+    /// Moves to `phase` at whole-job `percent`; ignored if it would go backwards or is NaN.
+    fn set(&self, phase: Phase, percent: f64) {
+        if !percent.is_finite() {
+            return;
+        }
+        self.state.send_if_modified(|cur| {
+            let p = percent.clamp(0.0, 99.0);
+            if p < cur.1 || (p == cur.1 && phase == cur.0) {
+                return false;
+            }
+            *cur = (phase, p);
+            true
+        });
+    }
+
+    /// Stops the reporter and waits until no report is in flight.
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// `<work_dir>/<operation id>/`, removed on drop.
+struct WorkDir {
+    path: PathBuf,
+}
+
+impl WorkDir {
+    fn create(root: &Path, name: &str) -> anyhow::Result<Self> {
+        let path = root.join(name);
+        let _ = std::fs::remove_dir_all(&path); // leftovers of a killed predecessor
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the work dir");
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! Helpers shared by the integration tests: clip generation with the ffmpeg
+//! CLI and output inspection with ffprobe.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs the ffmpeg CLI quietly; panics on failure.
+pub fn ffmpeg(args: &[&str]) {
+    let out = Command::new("ffmpeg").args(["-v", "error", "-y", "-nostdin"]).args(args).output().expect("ffmpeg runs");
+    assert!(out.status.success(), "ffmpeg {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `ffprobe -show_streams -show_format` as JSON.
+pub fn ffprobe(path: &Path) -> serde_json::Value {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-print_format", "json", "-show_streams", "-show_format"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs");
+    assert!(out.status.success(), "ffprobe {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The top-level MP4 atoms in file order.
+pub fn top_level_atoms(path: &Path) -> Vec<String> {
+    let data = std::fs::read(path).unwrap();
+    let mut atoms = Vec::new();
+    let mut pos = 0usize;
+    while pos + 8 <= data.len() {
+        let mut size = u32::from_be_bytes(data[pos..pos + 4].try_into().unwrap()) as u64;
+        let name = String::from_utf8_lossy(&data[pos + 4..pos + 8]).into_owned();
+        if size == 1 {
+            size = u64::from_be_bytes(data[pos + 8..pos + 16].try_into().unwrap());
+        } else if size == 0 {
+            size = (data.len() - pos) as u64;
+        }
+        atoms.push(name);
+        if size < 8 {
+            break;
+        }
+        pos += size as usize;
+    }
+    atoms
+}
+
+/// A grey 16×16 thumbnail (256 bytes) of the first frame of `path`, as the
+/// ffmpeg CLI shows it (autorotate on), squeezed to 16×16.
+pub fn thumb(path: &Path) -> Vec<u8> {
+    let out = Command::new("ffmpeg")
+        .args(["-v", "error", "-nostdin", "-i"])
+        .arg(path)
+        .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
+        .output()
+        .expect("ffmpeg runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout.len(), 256);
+    out.stdout
+}
+
+/// Mean absolute difference of two thumbnails (0–255).
+pub fn diff(a: &[u8], b: &[u8]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).sum::<f64>() / a.len() as f64
+}
+
+/// The sample media shipped beside the repository.
+pub fn sample(name: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/media").join(name);
+    p.exists().then_some(p)
+}
+
+/// Generates the test clips into `dir` and returns their paths by name.
+pub struct Clips {
+    pub dir: PathBuf,
+}
+
+impl Clips {
+    pub fn new(dir: &Path) -> Self {
+        Self { dir: dir.to_owned() }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// testsrc `size` + 440 Hz sine, `secs` long, H.264/AAC MP4 (moov at the end, like most encoders).
+    pub fn av(&self, name: &str, size: &str, secs: &str) -> PathBuf {
+        let p = self.path(name);
+        ffmpeg(&[
+            "-f", "lavfi", "-i", &format!("testsrc=size={size}:rate=25:duration={secs}"),
+            "-f", "lavfi", "-i", &format!("sine=frequency=440:duration={secs}"),
+            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest",
+            p.to_str().unwrap(),
+        ]);
+        p
+    }
+
+    /// Video only.
+    pub fn video_only(&self, name: &str, size: &str, secs: &str) -> PathBuf {
+        let p = self.path(name);
+        ffmpeg(&[
+            "-f", "lavfi", "-i", &format!("testsrc=size={size}:rate=25:duration={secs}"),
+            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+            p.to_str().unwrap(),
+        ]);
+        p
+    }
+}

@@ -1,0 +1,115 @@
+//! The dispatcher's settings (`config/default.toml`, `config/<profile>.toml`,
+//! `VID__…` variables; see `vid_infra::settings`).
+//!
+//! Settings added by the dispatcher after the skeleton have serde defaults in
+//! code (listed on each field), so older configuration files keep working.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use vid_infra::settings::{AmqpSettings, DatabaseSettings, TelemetrySettings};
+use vid_infra::SecretString;
+
+/// Everything the dispatcher reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Settings {
+    /// Logs.
+    pub telemetry: TelemetrySettings,
+    /// PostgreSQL (deliveries, attempts, endpoints).
+    pub database: DatabaseSettings,
+    /// RabbitMQ (the `P.webhook.events` queue).
+    pub amqp: AmqpSettings,
+    /// The SSRF policy and the key that opens endpoint secrets.
+    pub webhooks: WebhookSettings,
+    /// Delivery tuning.
+    pub dispatcher: DispatcherSettings,
+}
+
+/// `[webhooks]`: shared with the api, which applies the same policy at registration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct WebhookSettings {
+    /// CIDRs endpoint URLs may resolve to although not globally routable.
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// Refuse `http://` endpoint URLs.
+    pub require_https: bool,
+    /// 64 hex characters: the AES-256-GCM key that sealed the endpoint secrets.
+    pub secret_key: SecretString,
+}
+
+/// `[dispatcher]`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DispatcherSettings {
+    /// `host:port` of the `/healthz` + `/readyz` server; port 0 picks a free one (tests).
+    pub health_listen: String,
+    /// TCP connect timeout per attempt, in ms (all of an endpoint's addresses together).
+    pub connect_timeout_ms: u64,
+    /// Whole-attempt timeout (resolve, connect, TLS, request, response head), in ms.
+    pub request_timeout_ms: u64,
+    /// How much of a response body is read and kept, in bytes.
+    pub max_response_body_bytes: usize,
+    /// At most this many attempts to one endpoint run at once, across every replica.
+    pub per_endpoint_concurrency: u32,
+    /// At most this many deliveries are claimed per scheduler round.
+    pub batch_size: u32,
+    /// How often the scheduler looks for due deliveries when nothing woke it, in ms.
+    pub idle_poll_ms: u64,
+    /// Delay before retry `n` (seconds after attempt `n` failed); ±20 % jitter
+    /// is added. Its length is the number of retries: a delivery gets
+    /// `len + 1` attempts.
+    pub retry_schedule_seconds: Vec<u64>,
+    /// At most this many attempts run at once in this process. Default 256.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: u32,
+    /// How long a claim is held, in ms. Must exceed connect + request timeout;
+    /// a crashed replica's deliveries are retried after it. Default:
+    /// `connect_timeout_ms + request_timeout_ms + 15000`.
+    #[serde(default)]
+    pub lease_ms: Option<u64>,
+    /// After SIGTERM, how long in-flight attempts may take to finish, in seconds. Default 20.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_seconds: u64,
+    /// Disable an endpoint after this many deliveries in a row ended `failed`. Default 5.
+    #[serde(default = "default_disable_after_failed_deliveries")]
+    pub disable_after_failed_deliveries: i32,
+    /// Disable an endpoint whose attempts have all failed for this long, in seconds. Default 86400.
+    #[serde(default = "default_disable_after_failing_seconds")]
+    pub disable_after_failing_seconds: u64,
+    /// RabbitMQ prefetch of the fan-in consumer. Default 64.
+    #[serde(default = "default_prefetch")]
+    pub prefetch: u16,
+}
+
+fn default_max_in_flight() -> u32 {
+    256
+}
+fn default_shutdown_grace() -> u64 {
+    20
+}
+fn default_disable_after_failed_deliveries() -> i32 {
+    5
+}
+fn default_disable_after_failing_seconds() -> u64 {
+    86_400
+}
+fn default_prefetch() -> u16 {
+    64
+}
+
+impl DispatcherSettings {
+    /// Connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+    /// Whole-attempt timeout.
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    /// Claim lease (see [`DispatcherSettings::lease_ms`]).
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.unwrap_or(self.connect_timeout_ms + self.request_timeout_ms + 15_000))
+    }
+    /// Idle poll interval.
+    pub fn idle_poll(&self) -> Duration {
+        Duration::from_millis(self.idle_poll_ms.max(1))
+    }
+}

@@ -1,0 +1,358 @@
+//! Test harness: a fresh database and queue prefix per test, scripted HTTP
+//! receivers on 127.0.0.1, an in-process dispatcher, and DB helpers.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use vid_core::event::{Event, EventData, EventType, VideoEventData};
+use vid_core::messages::EventPublished;
+use vid_core::{EndpointId, EventId, OperationId, TenantId, VideoId};
+use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
+use vid_db::seal::SealingKey;
+use vid_db::RunQueryDsl;
+use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
+use vid_infra::ExposeSecret;
+use vid_netguard::Resolve;
+use vid_webhook_dispatcher::{ConnectObserver, Dispatcher, Settings};
+use vid_webhooks::Secret;
+
+/// One test's isolated world.
+pub struct World {
+    pub db_url: String,
+    pub prefix: String,
+    pub settings: Settings,
+    pub tenant: TenantId,
+    publisher: Publisher,
+    _amqp: lapin::Connection,
+}
+
+impl World {
+    /// Fresh database, unique prefix, topology declared, one tenant.
+    /// `overrides` are extra dotted settings (e.g. `("dispatcher.request_timeout_ms", "1000")`).
+    pub async fn new(overrides: &[(&str, &str)]) -> World {
+        let db_url = vid_testkit::fresh_database().await;
+        let prefix = vid_testkit::unique_prefix();
+        let mut all: Vec<(&str, &str)> =
+            vec![("database.url", &db_url), ("amqp.prefix", &prefix), ("dispatcher.health_listen", "127.0.0.1:0"), ("database.pool_size", "8")];
+        all.extend_from_slice(overrides);
+        let settings: Settings = vid_testkit::settings(&all);
+        let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
+        let publisher = Publisher::new(&amqp).await.unwrap();
+        Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
+        let tenant = TenantId::generate();
+        let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
+        diesel::insert_into(tenants::table)
+            .values((tenants::id.eq(&tenant), tenants::name.eq("test")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        World { db_url, prefix, settings, tenant, publisher, _amqp: amqp }
+    }
+
+    pub async fn conn(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.db_url).await.unwrap()
+    }
+
+    pub fn sealing_key(&self) -> SealingKey {
+        SealingKey::from_hex(self.settings.webhooks.secret_key.expose_secret()).unwrap()
+    }
+
+    /// Inserts an enabled endpoint (as the api would) and returns its id and secret.
+    pub async fn endpoint(&self, url: &str) -> (EndpointId, Secret) {
+        self.endpoint_with(url, "webhook-signature", None).await
+    }
+
+    pub async fn endpoint_with(&self, url: &str, format: &str, event_types: Option<Vec<String>>) -> (EndpointId, Secret) {
+        let id = EndpointId::generate();
+        let secret = Secret::generate();
+        let sealed = self.sealing_key().seal(id.as_str(), secret.as_str().as_bytes()).unwrap();
+        let mut conn = self.conn().await;
+        diesel::insert_into(ep::table)
+            .values((
+                ep::id.eq(&id),
+                ep::tenant_id.eq(&self.tenant),
+                ep::url.eq(url),
+                ep::event_types.eq(event_types),
+                ep::signature_format.eq(format),
+                ep::status.eq("enabled"),
+                ep::secret_sealed.eq(sealed),
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        (id, secret)
+    }
+
+    /// Publishes a `video.ready` event as the api's outbox relay would; returns it and its payload.
+    pub async fn publish(&self) -> (EventId, String) {
+        let event = Event {
+            id: EventId::generate(),
+            type_: EventType::VideoReady,
+            created: Utc::now().timestamp(),
+            data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
+        };
+        let payload = serde_json::to_string(&event).unwrap();
+        let msg = EventPublished { tenant_id: self.tenant.clone(), event: event.clone(), payload: payload.clone() };
+        self.publisher
+            .publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(event.id.as_str()))
+            .await
+            .unwrap();
+        (event.id, payload)
+    }
+
+    /// Starts an in-process dispatcher with the world's settings.
+    pub fn start(&self, resolver: Arc<dyn Resolve>) -> Running {
+        self.start_with(self.settings.clone(), resolver, None)
+    }
+
+    pub fn start_with(&self, settings: Settings, resolver: Arc<dyn Resolve>, observer: Option<ConnectObserver>) -> Running {
+        let mut d = Dispatcher::build(settings, resolver).unwrap();
+        if let Some(o) = observer {
+            d = d.with_connect_observer(o);
+        }
+        let health = d.health_addr();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(d.run(async move {
+            let _ = rx.await;
+        }));
+        Running { stop: Some(tx), task, health }
+    }
+
+    pub async fn attempts(&self, endpoint: &EndpointId) -> Vec<AttemptRow> {
+        let mut conn = self.conn().await;
+        at::table
+            .filter(at::endpoint_id.eq(endpoint))
+            .order((at::started_at.asc(), at::attempt_number.asc()))
+            .select(AttemptRow::as_select())
+            .load(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    pub async fn deliveries(&self, endpoint: &EndpointId) -> Vec<DeliveryRow> {
+        let mut conn = self.conn().await;
+        dl::table
+            .filter(dl::endpoint_id.eq(endpoint))
+            .order(dl::id.asc())
+            .select(DeliveryRow::as_select())
+            .load(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    pub async fn endpoint_state(&self, endpoint: &EndpointId) -> (String, Option<String>, Option<DateTime<Utc>>) {
+        let mut conn = self.conn().await;
+        ep::table
+            .filter(ep::id.eq(endpoint))
+            .select((ep::status, ep::disabled_reason, ep::disabled_at))
+            .first(&mut conn)
+            .await
+            .unwrap()
+    }
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = at)]
+pub struct AttemptRow {
+    pub delivery_id: String,
+    pub attempt_number: i32,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: i32,
+    pub response_status: Option<i32>,
+    pub error_class: Option<String>,
+    pub error_detail: Option<String>,
+    pub response_body: Option<String>,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = dl)]
+pub struct DeliveryRow {
+    pub id: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub status: String,
+    pub attempt_count: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub locked_until: Option<DateTime<Utc>>,
+}
+
+/// A dispatcher running in this process.
+pub struct Running {
+    stop: Option<oneshot::Sender<()>>,
+    pub task: JoinHandle<anyhow::Result<()>>,
+    pub health: SocketAddr,
+}
+
+impl Running {
+    /// Graceful stop (what SIGTERM does in the binary).
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task).await.expect("stops in time").unwrap().unwrap();
+    }
+}
+
+/// A request as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub at: Instant,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn id(&self) -> String {
+        self.header("webhook-id").unwrap_or_default().to_owned()
+    }
+}
+
+/// What the receiver answers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Status(u16, Vec<(&'static str, String)>),
+    /// Never answer (the connection stays open until the client gives up).
+    Hang,
+}
+
+/// Decides the reply from the request and how many earlier requests had the same `webhook-id`.
+pub type Script = Arc<dyn Fn(&Received, usize) -> Reply + Send + Sync>;
+
+/// An HTTP receiver on 127.0.0.1 that records every request.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<Vec<Received>>>,
+    pub connections: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    pub async fn start(script: Script) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let (log2, conns2) = (log.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                conns2.fetch_add(1, Ordering::SeqCst);
+                let (log, script) = (log2.clone(), script.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (log, script) = (log.clone(), script.clone());
+                        async move {
+                            let headers = req
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+                                .collect();
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let received = Received { at: Instant::now(), headers, body };
+                            let reply = {
+                                let mut log = log.lock().unwrap();
+                                let prior = log.iter().filter(|r| r.id() == received.id()).count();
+                                let reply = script(&received, prior);
+                                log.push(received);
+                                reply
+                            };
+                            match reply {
+                                Reply::Hang => futures::future::pending::<Result<hyper::Response<Full<Bytes>>, Infallible>>().await,
+                                Reply::Status(status, headers) => {
+                                    let mut b = hyper::Response::builder().status(status);
+                                    for (k, v) in headers {
+                                        b = b.header(k, v);
+                                    }
+                                    Ok::<_, Infallible>(b.body(Full::new(Bytes::from(format!("answer {status}")))).unwrap())
+                                }
+                            }
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Receiver { addr, log, connections, task }
+    }
+
+    /// Always answers `status`.
+    pub async fn always(status: u16) -> Receiver {
+        Receiver::start(Arc::new(move |_, _| Reply::Status(status, vec![]))).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Requests per `webhook-id`.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        let mut m = HashMap::new();
+        for r in self.received() {
+            *m.entry(r.id()).or_default() += 1;
+        }
+        m
+    }
+}
+
+/// Polls `check` every 25 ms until it returns `Some`, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Verifies a received request's signature with exactly these secrets.
+pub fn verify(r: &Received, secrets: &[&Secret]) -> Result<vid_webhooks::Verified, vid_webhooks::VerifyError> {
+    vid_webhooks::verify(secrets.iter().copied(), &r.headers, &r.body, Utc::now().timestamp())
+}
+
+/// A resolver that resolves nothing (tests use IP-literal URLs).
+pub fn no_dns() -> Arc<dyn Resolve> {
+    Arc::new(vid_netguard::StaticResolver::new())
+}
+
+/// `GET path` on a local address; returns the status code.
+pub async fn http_get_status(addr: SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    buf.split_whitespace().nth(1).unwrap().parse().unwrap()
+}

@@ -1,0 +1,427 @@
+//! End-to-end delivery tests: real RabbitMQ, real PostgreSQL, HTTP receivers
+//! on 127.0.0.1. No packet leaves loopback.
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::Utc;
+use common::*;
+use diesel::prelude::*;
+use vid_db::schema::{events, webhook_deliveries as dl, webhook_endpoints as ep};
+use vid_db::RunQueryDsl;
+use vid_netguard::{StaticResolver, UrlPolicy};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_is_signed_recorded_and_health_is_ready() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let (endpoint, secret) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    let (event_id, payload) = w.publish().await;
+
+    let got = eventually(WAIT, "the webhook", || async { rx.received().into_iter().next() }).await;
+    assert_eq!(got.body, payload.as_bytes(), "the body is the exact payload");
+    assert_eq!(got.header("webhook-id"), Some(event_id.as_str()));
+    assert_eq!(got.header("content-type"), Some("application/json"));
+    assert!(got.header("user-agent").unwrap().starts_with("vid-webhooks/"));
+    let sig = got.header("webhook-signature").unwrap();
+    assert!(sig.starts_with("t=") && sig.matches("v1=").count() == 1, "{sig}");
+    verify(&got, &[&secret]).expect("signature verifies");
+
+    let deliveries = eventually(WAIT, "succeeded", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == 1 && d[0].status == "succeeded").then_some(d)
+    })
+    .await;
+    assert_eq!(deliveries[0].event_id, event_id.as_str());
+    assert_eq!(deliveries[0].attempt_count, 1);
+    assert_eq!(deliveries[0].locked_until, None);
+    let attempts = w.attempts(&endpoint).await;
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].response_status, Some(200));
+    assert_eq!(attempts[0].error_class, None);
+    assert_eq!(attempts[0].response_body.as_deref(), Some("answer 200"));
+    assert_eq!(attempts[0].next_attempt_at, None);
+
+    assert_eq!(http_get_status(d.health, "/healthz").await, 200);
+    eventually(WAIT, "ready", || async { (http_get_status(d.health, "/readyz").await == 200).then_some(()) }).await;
+    d.stop().await;
+    assert_eq!(rx.received().len(), 1, "delivered exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_are_retried_with_the_same_id_and_valid_signatures() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::start(Arc::new(|_, prior| Reply::Status(if prior < 2 { 500 } else { 200 }, vec![]))).await;
+    let (endpoint, secret) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    let (event_id, _) = w.publish().await;
+
+    eventually(WAIT, "three attempts, last succeeded", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == 1 && d[0].status == "succeeded").then_some(())
+    })
+    .await;
+    let got = rx.received();
+    assert_eq!(got.len(), 3);
+    let mut timestamps = vec![];
+    for r in &got {
+        assert_eq!(r.header("webhook-id"), Some(event_id.as_str()), "same id on every retry");
+        timestamps.push(verify(r, &[&secret]).expect("each signature verifies").timestamp);
+    }
+    // test.toml schedule is [1, 1, 2] s with ±20 % jitter.
+    for pair in got.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(750) && gap < Duration::from_secs(5), "retry gap {gap:?}");
+    }
+    let attempts = w.attempts(&endpoint).await;
+    let statuses: Vec<_> = attempts.iter().map(|a| (a.attempt_number, a.response_status, a.error_class.clone())).collect();
+    assert_eq!(
+        statuses,
+        vec![(1, Some(500), Some("http".into())), (2, Some(500), Some("http".into())), (3, Some(200), None)]
+    );
+    assert!(attempts[0].next_attempt_at.unwrap() > attempts[0].started_at);
+    assert!(attempts[2].next_attempt_at.is_none());
+    assert_eq!(w.deliveries(&endpoint).await[0].attempt_count, 3);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exhausted_retries_fail_the_delivery() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(500).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    eventually(WAIT, "failed", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == 1 && d[0].status == "failed").then_some(())
+    })
+    .await;
+    // [1, 1, 2]: three retries, four attempts.
+    assert_eq!(rx.received().len(), 4);
+    assert_eq!(w.attempts(&endpoint).await.len(), 4);
+    let mut conn = w.conn().await;
+    let failures: i32 = ep::table.filter(ep::id.eq(&endpoint)).select(ep::consecutive_failures).first(&mut conn).await.unwrap();
+    assert_eq!(failures, 1);
+    assert_eq!(w.endpoint_state(&endpoint).await.0, "enabled", "one failed delivery does not disable");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_endpoint_times_out_without_delaying_another() {
+    let w = World::new(&[("dispatcher.request_timeout_ms", "3000"), ("dispatcher.per_endpoint_concurrency", "2")]).await;
+    let slow = Receiver::start(Arc::new(|_, _| Reply::Hang)).await;
+    let fast = Receiver::always(200).await;
+    let (slow_ep, _) = w.endpoint(&slow.url()).await;
+    let (fast_ep, _) = w.endpoint(&fast.url()).await;
+    let d = w.start(no_dns());
+
+    let started = tokio::time::Instant::now();
+    let mut ids = vec![];
+    for _ in 0..10 {
+        ids.push(w.publish().await.0);
+    }
+    // The slow endpoint holds at most 2 attempts; the fast one gets all 10 events at once.
+    eventually(Duration::from_secs(2), "all events at the fast endpoint within 2 s", || async {
+        (fast.counts().len() == 10).then_some(())
+    })
+    .await;
+    let fast_elapsed = started.elapsed();
+    assert!(slow.received().len() <= 2, "per-endpoint bound: {} concurrent at the slow endpoint", slow.received().len());
+    assert!(w.attempts(&slow_ep).await.is_empty(), "slow attempts still hanging when the fast ones were done");
+    eprintln!("fast endpoint got 10 events in {fast_elapsed:?} while the slow one hung");
+
+    let attempts = eventually(WAIT, "timeouts recorded", || async {
+        let a = w.attempts(&slow_ep).await;
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    assert_eq!(attempts[0].error_class.as_deref(), Some("timeout"));
+    assert_eq!(attempts[0].response_status, None);
+    assert!(attempts[0].duration_ms >= 2900 && attempts[0].duration_ms < 5000, "{}", attempts[0].duration_ms);
+    assert!(attempts[0].next_attempt_at.is_some());
+    assert_eq!(w.deliveries(&fast_ep).await.iter().filter(|d| d.status == "succeeded").count(), 10);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_not_followed() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::start(Arc::new(|_, _| {
+        Reply::Status(302, vec![("location", "http://169.254.169.254/latest/meta-data/".to_owned())])
+    }))
+    .await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let seen: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
+    let seen2 = seen.clone();
+    let d = w.start_with(w.settings.clone(), no_dns(), Some(Arc::new(move |a| seen2.lock().unwrap().push(a))));
+    w.publish().await;
+    let attempts = eventually(WAIT, "two attempts", || async {
+        let a = w.attempts(&endpoint).await;
+        (a.len() >= 2).then_some(a)
+    })
+    .await;
+    d.stop().await;
+    assert_eq!(attempts[0].response_status, Some(302));
+    assert_eq!(attempts[0].error_class.as_deref(), Some("redirect"));
+    assert!(attempts[0].error_detail.as_deref().unwrap().contains("169.254.169.254"));
+    assert!(attempts[0].next_attempt_at.is_some(), "a redirect is a failed attempt, retried");
+    let seen = seen.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    assert!(seen.iter().all(|a| *a == rx.addr), "connected only to the receiver: {seen:?}");
+    assert_eq!(rx.received().len(), w.attempts(&endpoint).await.len(), "one request per attempt, none elsewhere");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gone_disables_the_endpoint_and_tells_the_others() {
+    let w = World::new(&[]).await;
+    let gone = Receiver::always(410).await;
+    let other = Receiver::always(200).await;
+    let (gone_ep, _) = w.endpoint(&gone.url()).await;
+    let (other_ep, other_secret) = w.endpoint(&other.url()).await;
+    let d = w.start(no_dns());
+    let (first, _) = w.publish().await;
+
+    let (status, reason, at) = eventually(WAIT, "disabled", || async {
+        let s = w.endpoint_state(&gone_ep).await;
+        (s.0 == "disabled").then_some(s)
+    })
+    .await;
+    assert_eq!(status, "disabled");
+    assert!(reason.unwrap().contains("410"));
+    assert!(at.unwrap() <= Utc::now());
+    assert_eq!(gone.received().len(), 1, "disabled at once, not retried");
+    let gone_deliveries = w.deliveries(&gone_ep).await;
+    assert_eq!(gone_deliveries[0].status, "paused", "kept, not dropped");
+
+    let notice = eventually(WAIT, "the disabled event at the other endpoint", || async {
+        other.received().into_iter().find(|r| r.id() != first.as_str())
+    })
+    .await;
+    verify(&notice, &[&other_secret]).unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&notice.body).unwrap();
+    assert_eq!(body["type"], "webhook_endpoint.disabled");
+    assert_eq!(body["data"]["endpoint_id"], gone_ep.as_str());
+    assert_eq!(body["id"], notice.id());
+    let mut conn = w.conn().await;
+    let stored: Vec<String> = events::table.filter(events::resource_id.eq(gone_ep.as_str())).select(events::event_type).load(&mut conn).await.unwrap();
+    assert_eq!(stored, vec!["webhook_endpoint.disabled"]);
+    assert!(other.counts().contains_key(first.as_str()), "the other endpoint got the original event too");
+
+    // New events for the disabled endpoint are stored paused and not sent.
+    let (later, _) = w.publish().await;
+    eventually(WAIT, "paused delivery of a later event", || async {
+        w.deliveries(&gone_ep).await.iter().any(|d| d.event_id == later.as_str() && d.status == "paused").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(gone.received().len(), 1);
+    assert!(w.deliveries(&other_ep).await.iter().all(|d| d.event_type != "webhook_endpoint.disabled" || d.status == "succeeded"));
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_is_honoured() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::start(Arc::new(|_, prior| {
+        if prior == 0 {
+            Reply::Status(503, vec![("retry-after", "3".to_owned())])
+        } else {
+            Reply::Status(200, vec![])
+        }
+    }))
+    .await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    eventually(WAIT, "succeeded", || async {
+        w.deliveries(&endpoint).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+    let got = rx.received();
+    assert_eq!(got.len(), 2);
+    let gap = got[1].at - got[0].at;
+    // Without Retry-After the schedule says 1 s ±20 %.
+    assert!(gap >= Duration::from_millis(2900), "waited only {gap:?}");
+    assert!(gap < Duration::from_secs(6), "waited {gap:?}");
+    let attempts = w.attempts(&endpoint).await;
+    let planned = attempts[0].next_attempt_at.unwrap() - attempts[0].started_at;
+    assert!(planned >= chrono::Duration::milliseconds(2900), "{planned}");
+    let mut conn = w.conn().await;
+    let throttled: Option<chrono::DateTime<Utc>> =
+        ep::table.filter(ep::id.eq(&endpoint)).select(ep::throttled_until).first(&mut conn).await.unwrap();
+    assert!(throttled.is_some(), "503 throttles the endpoint");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_rotation_both_secrets_sign() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let (endpoint, old) = w.endpoint(&rx.url()).await;
+    let new = vid_webhooks::Secret::generate();
+    let key = w.sealing_key();
+    let mut conn = w.conn().await;
+    diesel::update(ep::table.filter(ep::id.eq(&endpoint)))
+        .set((
+            ep::previous_secret_sealed.eq(key.seal(endpoint.as_str(), old.as_str().as_bytes()).unwrap()),
+            ep::previous_secret_expires_at.eq(Utc::now() + chrono::Duration::hours(24)),
+            ep::secret_sealed.eq(key.seal(endpoint.as_str(), new.as_str().as_bytes()).unwrap()),
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let d = w.start(no_dns());
+    w.publish().await;
+    let got = eventually(WAIT, "webhook", || async { rx.received().into_iter().next() }).await;
+    let sig = got.header("webhook-signature").unwrap();
+    assert_eq!(sig.matches("v1=").count(), 2, "{sig}");
+    assert_eq!(verify(&got, &[&new]).unwrap().secret_index, 0);
+    assert_eq!(verify(&got, &[&old]).unwrap().secret_index, 0);
+    assert!(verify(&got, &[&vid_webhooks::Secret::generate()]).is_err());
+
+    // After the overlap only the new secret signs.
+    diesel::update(ep::table.filter(ep::id.eq(&endpoint)))
+        .set(ep::previous_secret_expires_at.eq(Utc::now() - chrono::Duration::seconds(1)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    w.publish().await;
+    let second = eventually(WAIT, "second webhook", || async { rx.received().get(1).cloned() }).await;
+    assert_eq!(second.header("webhook-signature").unwrap().matches("v1=").count(), 1);
+    verify(&second, &[&new]).unwrap();
+    assert!(verify(&second, &[&old]).is_err());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_webhooks_format() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(204).await;
+    let (_, secret) = w.endpoint_with(&rx.url(), "standard-webhooks", None).await;
+    let d = w.start(no_dns());
+    let (event_id, _) = w.publish().await;
+    let got = eventually(WAIT, "webhook", || async { rx.received().into_iter().next() }).await;
+    assert_eq!(got.header("webhook-id"), Some(event_id.as_str()));
+    assert!(got.header("webhook-timestamp").is_some());
+    assert!(got.header("webhook-signature").unwrap().starts_with("v1,"));
+    assert_eq!(verify(&got, &[&secret]).unwrap().scheme, vid_webhooks::Scheme::StandardWebhooks);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_type_filters_are_applied() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let (only_failed, _) = w.endpoint_with(&rx.url(), "webhook-signature", Some(vec!["video.failed".into()])).await;
+    let (all, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await; // video.ready
+    eventually(WAIT, "delivered to the unfiltered endpoint", || async {
+        w.deliveries(&all).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+    assert!(w.deliveries(&only_failed).await.is_empty());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_rebinding_is_refused_without_connecting() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let port = rx.addr.port();
+    let url = format!("http://hooks.example.com:{port}/hook");
+    // Loopback is NOT allow-listed in this test.
+    let mut settings = w.settings.clone();
+    settings.webhooks.allow_cidrs.clear();
+    let policy = UrlPolicy::strict().with_require_https(false);
+    let resolver = Arc::new(StaticResolver::new().with("hooks.example.com", ["93.184.216.34".parse::<IpAddr>().unwrap()]));
+    // Registration: the name resolves to a public address; nothing is connected to.
+    let checked = vid_netguard::check_registration(&url, &policy, &*resolver).await.expect("accepted at registration");
+    let (endpoint, _) = w.endpoint(checked.as_str()).await;
+    // Then the name is rebound to loopback.
+    resolver.insert("hooks.example.com", ["127.0.0.1".parse::<IpAddr>().unwrap()]);
+
+    let seen: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
+    let seen2 = seen.clone();
+    let d = w.start_with(settings, resolver, Some(Arc::new(move |a| seen2.lock().unwrap().push(a))));
+    w.publish().await;
+    let attempts = eventually(WAIT, "an attempt", || async {
+        let a = w.attempts(&endpoint).await;
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    d.stop().await;
+    assert_eq!(attempts[0].error_class.as_deref(), Some("blocked_address"));
+    assert_eq!(attempts[0].response_status, None);
+    assert!(attempts[0].error_detail.as_deref().unwrap().contains("127.0.0.1"), "{:?}", attempts[0].error_detail);
+    assert!(seen.lock().unwrap().is_empty(), "no connection to any address: {:?}", seen.lock().unwrap());
+    assert_eq!(std::sync::atomic::AtomicUsize::load(&rx.connections, std::sync::atomic::Ordering::SeqCst), 0, "the receiver saw no connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_send_each_attempt_once() {
+    let w = World::new(&[]).await;
+    // Every event fails once, then succeeds: each replica claims first attempts and retries.
+    let a = Receiver::start(Arc::new(|_, prior| Reply::Status(if prior == 0 { 500 } else { 200 }, vec![]))).await;
+    let b = Receiver::start(Arc::new(|_, prior| Reply::Status(if prior == 0 { 503 } else { 200 }, vec![]))).await;
+    let (ep_a, _) = w.endpoint(&a.url()).await;
+    let (ep_b, _) = w.endpoint(&b.url()).await;
+    // 503 throttles b; give it a tiny schedule so the test stays short.
+    let r1 = w.start(no_dns());
+    let r2 = w.start(no_dns());
+    let n = 40;
+    let mut ids = vec![];
+    for _ in 0..n {
+        ids.push(w.publish().await.0);
+    }
+    for (rx, ep) in [(&a, &ep_a), (&b, &ep_b)] {
+        eventually(Duration::from_secs(60), "all succeeded", || async {
+            (w.deliveries(ep).await.iter().filter(|d| d.status == "succeeded").count() == n).then_some(())
+        })
+        .await;
+        let counts = rx.counts();
+        assert_eq!(counts.len(), n);
+        for id in &ids {
+            assert_eq!(counts.get(id.as_str()), Some(&2), "event {id}: one failed attempt, one retry, nothing twice");
+        }
+        assert_eq!(w.attempts(ep).await.len(), 2 * n);
+    }
+    r1.stop().await;
+    r2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redelivered_messages_create_no_duplicates() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    // Fan the same message in twice, as a broker redelivery would.
+    let (event_id, payload) = w.publish().await;
+    let pool = vid_db::pool(&w.settings.database).unwrap();
+    let msg = vid_core::messages::EventPublished {
+        tenant_id: w.tenant.clone(),
+        event: serde_json::from_str(&payload).unwrap(),
+        payload: payload.clone(),
+    };
+    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 1);
+    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 0);
+    let d = w.start(no_dns());
+    eventually(WAIT, "succeeded", || async {
+        w.deliveries(&endpoint).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(w.deliveries(&endpoint).await.len(), 1);
+    assert_eq!(rx.counts().get(event_id.as_str()), Some(&1));
+    let mut conn = w.conn().await;
+    let n: i64 = dl::table.count().get_result(&mut conn).await.unwrap();
+    assert_eq!(n, 1);
+    d.stop().await;
+}

@@ -1,0 +1,96 @@
+//! The built binary, killed with SIGKILL mid-run and restarted, loses
+//! nothing; SIGTERM drains and exits 0.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+fn spawn_binary(w: &World) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_webhook-dispatcher"));
+    for (k, v) in vid_testkit::stack_env() {
+        cmd.env(k, v);
+    }
+    cmd.env("VID_CONFIG_DIR", vid_testkit::repo_root().join("config"))
+        .env("VID_PROFILE", "test")
+        .env("VID__DATABASE__URL", &w.db_url)
+        .env("VID__DATABASE__POOL_SIZE", "8")
+        .env("VID__AMQP__PREFIX", &w.prefix)
+        .env("VID__DISPATCHER__HEALTH_LISTEN", "127.0.0.1:0")
+        // A crashed process's leases expire quickly in this test.
+        .env("VID__DISPATCHER__LEASE_MS", "3000")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    cmd.spawn().expect("start webhook-dispatcher")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_mid_run_then_restarted_loses_nothing() {
+    let w = World::new(&[]).await;
+    // Each event: first attempt 500, then 200; answers take 200 ms so attempts are in flight.
+    let rx = Receiver::start(Arc::new(|_, prior| {
+        std::thread::sleep(Duration::from_millis(200));
+        Reply::Status(if prior == 0 { 500 } else { 200 }, vec![])
+    }))
+    .await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let mut child = spawn_binary(&w);
+
+    let mut ids = vec![];
+    for _ in 0..20 {
+        ids.push(w.publish().await.0);
+    }
+    eventually(Duration::from_secs(30), "some traffic before the kill", || async { (rx.received().len() >= 8).then_some(()) }).await;
+    child.kill().unwrap(); // SIGKILL: no drain, no lease release, no ack of anything in flight
+    child.wait().unwrap();
+    let unfinished = w.deliveries(&endpoint).await.iter().filter(|d| d.status != "succeeded").count();
+    // Events published while no dispatcher runs wait in the queue.
+    for _ in 0..10 {
+        ids.push(w.publish().await.0);
+    }
+    assert!(unfinished > 0, "the kill happened mid-run");
+
+    let mut child = spawn_binary(&w);
+    eventually(Duration::from_secs(60), "every event delivered", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == ids.len() && d.iter().all(|d| d.status == "succeeded")).then_some(())
+    })
+    .await;
+    let received = rx.received();
+    for id in &ids {
+        assert!(
+            received.iter().filter(|r| r.id() == id.as_str()).count() >= 2,
+            "event {id} got its failed attempt and its successful retry"
+        );
+    }
+
+    // SIGTERM: drains and exits 0.
+    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(exit.success(), "exit status {exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_in_flight_attempts_finish() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::start(Arc::new(|_, _| {
+        std::thread::sleep(Duration::from_millis(1500));
+        Reply::Status(200, vec![])
+    }))
+    .await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let mut child = spawn_binary(&w);
+    w.publish().await;
+    eventually(Duration::from_secs(20), "request in flight", || async { (!rx.received().is_empty()).then_some(()) }).await;
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let exit = tokio::task::spawn_blocking(move || child.wait().unwrap()).await.unwrap();
+    assert!(exit.success(), "exit status {exit:?}");
+    let d = w.deliveries(&endpoint).await;
+    assert_eq!(d[0].status, "succeeded", "the in-flight attempt finished and was recorded before exit");
+    assert_eq!(d[0].locked_until, None);
+}
