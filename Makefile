@@ -20,7 +20,8 @@ build: infra ## build every binary (debug)
 up: build ## the local stack plus the three services in the background (idempotent)
 	scripts/up.sh
 
-down: ## stop exactly what `make up` started
+down: ## stop exactly what `make up` (and `make demo`) started
+	scripts/demo.sh stop-receiver
 	scripts/services.sh stop || true
 	scripts/stack.sh infra-down
 

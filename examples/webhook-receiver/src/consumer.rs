@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use serde::Serialize;
@@ -129,15 +131,26 @@ impl ConsumerStats {
 ///
 /// Connecting, subscribing, or acknowledging failed (a broker problem); the
 /// caller reconnects, as [`run_consumer`] does.
-pub async fn consume(pool: &Pool, options: &ConsumerOptions, stats: &ConsumerStats) -> anyhow::Result<ConsumerExit> {
+pub async fn consume(
+    pool: &Pool,
+    options: &ConsumerOptions,
+    stats: &ConsumerStats,
+) -> anyhow::Result<ConsumerExit> {
     let conn = Connection::connect(&options.amqp_url, ConnectionProperties::default())
         .await
         .context("connecting to RabbitMQ")?;
     let channel = conn.create_channel().await?;
     declare_queue(&channel, &options.queue).await?;
-    channel.basic_qos(options.prefetch, BasicQosOptions::default()).await?;
+    channel
+        .basic_qos(options.prefetch, BasicQosOptions::default())
+        .await?;
     let mut deliveries = channel
-        .basic_consume(&options.queue, "webhook-receiver", BasicConsumeOptions::default(), FieldTable::default())
+        .basic_consume(
+            &options.queue,
+            "webhook-receiver",
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
         .await
         .with_context(|| format!("subscribing to {}", options.queue))?;
     tracing::info!(queue = %options.queue, "consumer subscribed");
@@ -153,18 +166,29 @@ pub async fn consume(pool: &Pool, options: &ConsumerOptions, stats: &ConsumerSta
             Processed::Done { event_id, outcome } => {
                 db_backoff = Duration::from_millis(200);
                 stats.count(outcome);
-                tracing::info!(event_id, outcome = outcome.as_str(), redelivered = delivery.redelivered, "event processed");
+                tracing::info!(
+                    event_id,
+                    outcome = outcome.as_str(),
+                    redelivered = delivery.redelivered,
+                    "event processed"
+                );
                 if options.crash_after_commit {
                     // Simulated crash: the effect is committed, the ack never sent.
                     conn.close(0, "simulated crash after commit").await.ok();
                     return Ok(ConsumerExit::SimulatedCrash { event_id });
                 }
-                delivery.ack(BasicAckOptions::default()).await.context("acknowledging")?;
+                delivery
+                    .ack(BasicAckOptions::default())
+                    .await
+                    .context("acknowledging")?;
             }
             Processed::NotAnEvent => {
                 stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(message_id = ?delivery.properties.message_id(), "queued message is not an event; rejecting it");
-                delivery.reject(BasicRejectOptions { requeue: false }).await.context("rejecting")?;
+                delivery
+                    .reject(BasicRejectOptions { requeue: false })
+                    .await
+                    .context("rejecting")?;
             }
             Processed::DbError(error) => {
                 stats.requeued.fetch_add(1, Ordering::Relaxed);
@@ -173,7 +197,10 @@ pub async fn consume(pool: &Pool, options: &ConsumerOptions, stats: &ConsumerSta
                 tokio::time::sleep(db_backoff).await;
                 db_backoff = (db_backoff * 2).min(Duration::from_secs(10));
                 delivery
-                    .nack(BasicNackOptions { requeue: true, ..Default::default() })
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        ..Default::default()
+                    })
                     .await
                     .context("requeueing")?;
             }
@@ -184,13 +211,19 @@ pub async fn consume(pool: &Pool, options: &ConsumerOptions, stats: &ConsumerSta
 
 /// Runs [`consume`] forever, reconnecting with capped exponential backoff
 /// whenever RabbitMQ is unreachable or the subscription ends.
-pub async fn run_consumer(pool: Pool, options: ConsumerOptions, stats: std::sync::Arc<ConsumerStats>) {
+pub async fn run_consumer(
+    pool: Pool,
+    options: ConsumerOptions,
+    stats: std::sync::Arc<ConsumerStats>,
+) {
     let mut delay = Duration::from_millis(500);
     loop {
         let started = tokio::time::Instant::now();
         match consume(&pool, &options, &stats).await {
             Ok(exit) => tracing::warn!(?exit, "consumer stopped; restarting"),
-            Err(error) => tracing::warn!(error = format!("{error:#}"), "consumer failed; restarting"),
+            Err(error) => {
+                tracing::warn!(error = format!("{error:#}"), "consumer failed; restarting")
+            }
         }
         if started.elapsed() > Duration::from_secs(60) {
             delay = Duration::from_millis(500);
@@ -216,7 +249,10 @@ async fn process(pool: &Pool, delivery: &Delivery) -> Processed {
         Err(e) => return Processed::DbError(e.into()),
     };
     match db::record_and_apply(&mut conn, &event.id, &event.type_, &effect).await {
-        Ok(outcome) => Processed::Done { event_id: event.id, outcome },
+        Ok(outcome) => Processed::Done {
+            event_id: event.id,
+            outcome,
+        },
         Err(e) => Processed::DbError(e.into()),
     }
 }

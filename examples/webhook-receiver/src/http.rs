@@ -44,7 +44,9 @@ impl Headers for ActixHeaders<'_> {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// `POST /webhooks`: verify → already seen? `200` → enqueue → `200`.
@@ -53,9 +55,15 @@ fn unix_now() -> i64 {
 /// **not** recorded here: if enqueueing fails the answer is `503`, the sender
 /// retries, and nothing claims the event was handled.
 async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) -> HttpResponse {
-    if let Err(error) = state.verifier.verify(&state.secrets, &ActixHeaders(req.headers()), &body, unix_now()) {
+    if let Err(error) = state.verifier.verify(
+        &state.secrets,
+        &ActixHeaders(req.headers()),
+        &body,
+        unix_now(),
+    ) {
         tracing::info!(code = error.code(), %error, "rejected a delivery");
-        return HttpResponse::BadRequest().json(json!({ "error": error.code(), "detail": error.to_string() }));
+        return HttpResponse::BadRequest()
+            .json(json!({ "error": error.code(), "detail": error.to_string() }));
     }
     let Some(event) = Envelope::parse(&body) else {
         return HttpResponse::BadRequest()
@@ -65,9 +73,15 @@ async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>)
     // A cheap check that saves a trip through the queue; the consumer is what
     // makes duplicates harmless, so a database hiccup here is not fatal.
     match db::is_seen(&state.pool, &event.id).await {
-        Ok(true) => return HttpResponse::Ok().json(json!({ "status": "already_processed", "id": event.id })),
+        Ok(true) => {
+            return HttpResponse::Ok()
+                .json(json!({ "status": "already_processed", "id": event.id }))
+        }
         Ok(false) => {}
-        Err(error) => tracing::warn!(error = format!("{error:#}"), "seen check failed; enqueueing anyway"),
+        Err(error) => tracing::warn!(
+            error = format!("{error:#}"),
+            "seen check failed; enqueueing anyway"
+        ),
     }
 
     match state.publisher.enqueue(&event.id, &body).await {

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use vid_webhook_receiver::{prepare_database, run_consumer, App, Config, ConsumerOptions, ConsumerStats};
+use vid_webhook_receiver::{
+    prepare_database, run_consumer, App, Config, ConsumerOptions, ConsumerStats,
+};
 
 /// Receives signed webhook deliveries, queues them, and applies each event once.
 #[derive(Parser)]
@@ -33,7 +35,8 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,lapin=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,lapin=warn".into()),
         )
         .init();
     let cli = Cli::parse();

@@ -425,3 +425,50 @@ async fn redelivered_messages_create_no_duplicates() {
     assert_eq!(n, 1);
     d.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consecutive_failed_deliveries_disable_the_endpoint() {
+    // Production: 5 in a row; here 2, with the test schedule [1, 1, 2].
+    let w = World::new(&[("dispatcher.disable_after_failed_deliveries", "2")]).await;
+    let bad = Receiver::always(500).await;
+    let other = Receiver::always(200).await;
+    let (bad_ep, _) = w.endpoint(&bad.url()).await;
+    w.endpoint(&other.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    eventually(WAIT, "first delivery failed", || async {
+        w.deliveries(&bad_ep).await.iter().any(|d| d.status == "failed").then_some(())
+    })
+    .await;
+    assert_eq!(w.endpoint_state(&bad_ep).await.0, "enabled", "one failed delivery is below the threshold");
+    w.publish().await;
+    let (_, reason, _) = eventually(WAIT, "disabled", || async {
+        let s = w.endpoint_state(&bad_ep).await;
+        (s.0 == "disabled").then_some(s)
+    })
+    .await;
+    assert!(reason.unwrap().contains("2 deliveries in a row"));
+    eventually(WAIT, "notice at the other endpoint", || async {
+        other.received().iter().any(|r| String::from_utf8_lossy(&r.body).contains("webhook_endpoint.disabled")).then_some(())
+    })
+    .await;
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_without_success_for_the_window_disables_the_endpoint() {
+    // Production: 24 h; here 2 s.
+    let w = World::new(&[("dispatcher.disable_after_failing_seconds", "2")]).await;
+    let bad = Receiver::always(503).await;
+    let (bad_ep, _) = w.endpoint(&bad.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    let (_, reason, _) = eventually(WAIT, "disabled", || async {
+        let s = w.endpoint_state(&bad_ep).await;
+        (s.0 == "disabled").then_some(s)
+    })
+    .await;
+    assert!(reason.unwrap().contains("no successful delivery"));
+    assert_eq!(w.deliveries(&bad_ep).await[0].status, "paused", "the unfinished delivery is kept");
+    d.stop().await;
+}

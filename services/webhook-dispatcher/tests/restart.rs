@@ -32,10 +32,7 @@ fn spawn_binary(w: &World) -> Child {
 async fn killed_mid_run_then_restarted_loses_nothing() {
     let w = World::new(&[]).await;
     // Each event: first attempt 500, then 200; answers take 200 ms so attempts are in flight.
-    let rx = Receiver::start(Arc::new(|_, prior| {
-        std::thread::sleep(Duration::from_millis(200));
-        Reply::Status(if prior == 0 { 500 } else { 200 }, vec![])
-    }))
+    let rx = Receiver::start(Arc::new(|_, prior| Reply::Slow(Duration::from_millis(200), if prior == 0 { 500 } else { 200 })))
     .await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let mut child = spawn_binary(&w);
@@ -78,10 +75,7 @@ async fn killed_mid_run_then_restarted_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_in_flight_attempts_finish() {
     let w = World::new(&[]).await;
-    let rx = Receiver::start(Arc::new(|_, _| {
-        std::thread::sleep(Duration::from_millis(1500));
-        Reply::Status(200, vec![])
-    }))
+    let rx = Receiver::start(Arc::new(|_, _| Reply::Slow(Duration::from_millis(1500), 200)))
     .await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let mut child = spawn_binary(&w);

@@ -235,3 +235,103 @@ pub fn make_video(path: &Path, width: u32, height: u32, seconds: f32, video_bitr
         .expect("ffmpeg runs");
     assert!(status.success(), "ffmpeg could not make {}", path.display());
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the operations tests (issue 4).
+// ---------------------------------------------------------------------------
+
+impl Stack {
+    /// The value a `VID__…` (or other) variable has for this stack's services, if set.
+    pub fn env_value(&self, key: &str) -> Option<&str> {
+        self.env.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The transcoder's local work directory (`<work_dir>/<operation id>/` exists while it holds a job).
+    pub fn transcoder_work_dir(&self) -> PathBuf {
+        PathBuf::from(self.env_value("VID__TRANSCODER__WORK_DIR").expect("set by Stack::start"))
+    }
+
+    /// Waits until the transcoder's `/readyz` answers 200 (it consumes the job queue).
+    pub async fn wait_transcoder_ready(&self, timeout: Duration) {
+        let addr = self.env_value("VID__TRANSCODER__HEALTH_LISTEN").expect("set by Stack::start").to_owned();
+        let http = reqwest_client();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Ok(r) = http.http().get(format!("http://{addr}/readyz")).send().await {
+                if r.status().as_u16() == 200 {
+                    return;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "transcoder not ready; see {}", self.log_dir.display());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The tenant that owns `video_id`, read from the stack's database with `psql`.
+    pub fn tenant_of_video(&self, video_id: &str) -> String {
+        assert!(video_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "not an id: {video_id}");
+        let out = Command::new("psql")
+            .args([self.database_url.as_str(), "-Atc", &format!("SELECT tenant_id FROM videos WHERE id = '{video_id}'")])
+            .output()
+            .expect("psql runs");
+        assert!(out.status.success(), "psql failed: {}", String::from_utf8_lossy(&out.stderr));
+        let t = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        assert!(!t.is_empty(), "no video {video_id}");
+        t
+    }
+
+    /// The storage prefix of a video's outputs: `tenants/<tenant>/videos/<video>/`.
+    pub fn outputs_prefix(&self, video_id: &str) -> String {
+        format!("tenants/{}/videos/{video_id}/", self.tenant_of_video(video_id))
+    }
+}
+
+fn reqwest_client() -> vid_client::Client {
+    vid_client::Client::new("http://127.0.0.1", "")
+}
+
+#[derive(serde::Deserialize)]
+struct S3Only {
+    s3: vid_infra::settings::S3Settings,
+}
+
+/// An S3 client for the media bucket of the local stack, and the bucket's name.
+pub fn media_bucket() -> (aws_sdk_s3::Client, String) {
+    let s: S3Only = vid_testkit::settings(&[]);
+    (vid_infra::storage::client(&s.s3), s.s3.bucket.clone())
+}
+
+/// Every key in the media bucket under `prefix`.
+pub async fn list_keys(prefix: &str) -> Vec<String> {
+    let (s3, bucket) = media_bucket();
+    let mut keys = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let resp = s3
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix(prefix)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("listing s3://{bucket}/{prefix}: {}", aws_sdk_s3::error::DisplayErrorContext(e)));
+        keys.extend(resp.contents().iter().filter_map(|o| o.key().map(str::to_owned)));
+        match resp.next_continuation_token() {
+            Some(t) if resp.is_truncated() == Some(true) => token = Some(t.to_owned()),
+            _ => return keys,
+        }
+    }
+}
+
+/// Runs the ffmpeg CLI (`-hide_banner -loglevel error -y` + `args`); panics if it fails.
+pub fn ffmpeg(args: &[&str]) {
+    let status = Command::new("ffmpeg").args(["-hide_banner", "-loglevel", "error", "-y"]).args(args).status().expect("ffmpeg runs");
+    assert!(status.success(), "ffmpeg {args:?} failed");
+}
+
+/// A fresh temporary directory for one test's clips.
+pub fn temp_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("vid-e2e-{}", vid_testkit::unique_prefix()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

@@ -52,6 +52,9 @@ enum Command {
     /// Webhook endpoints.
     #[command(subcommand)]
     Endpoints(EndpointCmd),
+    /// Events.
+    #[command(subcommand)]
+    Events(EventCmd),
     /// Check a captured webhook's signature.
     Verify {
         /// The endpoint secret (`whsec_…`).
@@ -90,6 +93,18 @@ enum OperationCmd {
 }
 
 #[derive(Subcommand)]
+enum EventCmd {
+    /// Show one event exactly as it was sent.
+    Get { id: vid_core::EventId },
+    /// List events, newest first.
+    List {
+        /// Only this type, e.g. `video.ready`.
+        #[arg(long = "type")]
+        type_: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum VideoCmd {
     /// Show one video with its download URLs.
     Get { id: VideoId },
@@ -107,6 +122,8 @@ enum EndpointCmd {
     },
     /// List endpoints.
     List,
+    /// Delete an endpoint.
+    Delete { id: vid_core::EndpointId },
 }
 
 struct Bars(ProgressBar);
@@ -225,6 +242,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 print(cli.json, &created);
             }
             EndpointCmd::List => print(cli.json, &client.list_endpoints().await?.data),
+            EndpointCmd::Delete { id } => {
+                client.delete_endpoint(&id).await?;
+                if !cli.json {
+                    println!("deleted {id}");
+                }
+            }
+        },
+        Command::Events(cmd) => match cmd {
+            EventCmd::Get { id } => print(cli.json, &client.get_event(&id).await?),
+            EventCmd::List { type_ } => print(cli.json, &client.list_events(type_.as_deref(), None).await?.data),
         },
         Command::Verify { .. } => unreachable!("handled above"),
     }

@@ -1,5 +1,6 @@
 //! HTTP routes, one module per resource.
 
+pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod health;
@@ -27,6 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     operations::configure(cfg);
     videos::configure(cfg);
     endpoints::configure(cfg);
+    deliveries::configure(cfg);
     events::configure(cfg);
 }
 

@@ -230,6 +230,8 @@ pub enum Reply {
     Status(u16, Vec<(&'static str, String)>),
     /// Never answer (the connection stays open until the client gives up).
     Hang,
+    /// Answer `status` after a delay.
+    Slow(Duration, u16),
 }
 
 /// Decides the reply from the request and how many earlier requests had the same `webhook-id`.
@@ -281,6 +283,10 @@ impl Receiver {
                             };
                             match reply {
                                 Reply::Hang => futures::future::pending::<Result<hyper::Response<Full<Bytes>>, Infallible>>().await,
+                                Reply::Slow(delay, status) => {
+                                    tokio::time::sleep(delay).await;
+                                    Ok(hyper::Response::builder().status(status).body(Full::new(Bytes::from("slow"))).unwrap())
+                                }
                                 Reply::Status(status, headers) => {
                                     let mut b = hyper::Response::builder().status(status);
                                     for (k, v) in headers {
@@ -355,4 +361,55 @@ pub async fn http_get_status(addr: SocketAddr, path: &str) -> u16 {
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.unwrap();
     buf.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A running api (the real `vid_api::Application`) with a tenant and its key.
+pub struct Api {
+    pub addr: SocketAddr,
+    pub key: String,
+    _task: JoinHandle<()>,
+}
+
+impl Api {
+    /// Starts the api on the world's database and prefix and makes the world's
+    /// tenant the api tenant (so events published by the world reach its endpoints).
+    pub async fn start(w: &mut World) -> Api {
+        let settings: vid_api::Settings = vid_testkit::settings(&[
+            ("database.url", &w.db_url),
+            ("amqp.prefix", &w.prefix),
+            ("api.listen", "127.0.0.1:0"),
+            ("database.pool_size", "4"),
+        ]);
+        let app = vid_api::Application::build(settings).unwrap();
+        let (tenant, key) = vid_api::auth::create_tenant(&app.state().db, "api-tenant").await.unwrap();
+        w.tenant = tenant;
+        let addr: SocketAddr = format!("127.0.0.1:{}", app.port()).parse().unwrap();
+        let task = tokio::spawn(async move {
+            let _ = app.run().await;
+        });
+        Api { addr, key, _task: task }
+    }
+
+    /// Sends a request; returns the status and the JSON body (`Null` when empty).
+    pub async fn call(&self, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        self.call_as(&self.key, method, path, body).await
+    }
+
+    pub async fn call_as(&self, key: &str, method: &str, path: &str, body: Option<serde_json::Value>) -> (u16, serde_json::Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.unwrap();
+        let text = String::from_utf8_lossy(&buf);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let json = if body.trim().is_empty() { serde_json::Value::Null } else { serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned())) };
+        (status, json)
+    }
 }

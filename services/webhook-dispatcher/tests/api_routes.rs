@@ -1,0 +1,185 @@
+//! The endpoint-management routes of the api (`:enable`, `:rotate-secret`,
+//! `/deliveries`, `:retry`) working with a running dispatcher.
+
+mod common;
+
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use vid_core::EndpointId;
+use vid_webhooks::Secret;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+async fn register(api: &Api, url: &str) -> (EndpointId, Secret) {
+    let (status, body) = api.call("POST", "/webhook-endpoints", Some(serde_json::json!({ "url": url }))).await;
+    assert_eq!(status, 201, "{body}");
+    (body["id"].as_str().unwrap().parse().unwrap(), Secret::parse(body["secret"].as_str().unwrap()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disabled_endpoint_keeps_its_backlog_until_enabled() {
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let answer = Arc::new(AtomicU16::new(410));
+    let a2 = answer.clone();
+    let rx = Receiver::start(Arc::new(move |_, _| Reply::Status(a2.load(Ordering::SeqCst), vec![]))).await;
+    let (endpoint, secret) = register(&api, &rx.url()).await;
+    let d = w.start(no_dns());
+
+    let (first, _) = w.publish().await;
+    eventually(WAIT, "disabled by 410", || async { (w.endpoint_state(&endpoint).await.0 == "disabled").then_some(()) }).await;
+    let (status, body) = api.call("GET", &format!("/webhook-endpoints/{endpoint}"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["status"], "disabled");
+    assert!(body["disabled_reason"].as_str().unwrap().contains("410"));
+    assert!(body["disabled_at"].is_string());
+
+    // Events while disabled: kept as paused, not sent.
+    let mut backlog = vec![first];
+    for _ in 0..3 {
+        backlog.push(w.publish().await.0);
+    }
+    eventually(WAIT, "four paused deliveries", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == 4 && d.iter().all(|d| d.status == "paused")).then_some(())
+    })
+    .await;
+    let (status, list) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries?status=paused"), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["data"].as_array().unwrap().len(), 4);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rx.received().len(), 1, "only the 410 attempt was sent");
+
+    // Retry is refused while disabled.
+    let dlv = list["data"][0]["id"].as_str().unwrap();
+    let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{dlv}:retry"), None).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("endpoint_disabled")));
+
+    answer.store(200, Ordering::SeqCst);
+    let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}:enable"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "enabled");
+    assert!(body["disabled_reason"].is_null());
+    eventually(WAIT, "backlog delivered", || async {
+        let d = w.deliveries(&endpoint).await;
+        d.iter().all(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+    let counts = rx.counts();
+    for id in &backlog {
+        assert!(counts.contains_key(id.as_str()), "{id} delivered after enable");
+    }
+    for r in rx.received() {
+        verify(&r, &[&secret]).unwrap();
+    }
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotate_secret_signs_with_both_until_the_overlap_ends() {
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let rx = Receiver::always(200).await;
+    let (endpoint, old) = register(&api, &rx.url()).await;
+    let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}:rotate-secret"), None).await;
+    assert_eq!(status, 200, "{body}");
+    let new = Secret::parse(body["secret"].as_str().unwrap()).unwrap();
+    assert_ne!(new.as_str(), old.as_str());
+    let expires: chrono::DateTime<chrono::Utc> = body["previous_secret_expires_at"].as_str().unwrap().parse().unwrap();
+    let overlap = expires - chrono::Utc::now();
+    assert!(overlap > chrono::Duration::hours(23) && overlap <= chrono::Duration::hours(24), "{overlap}");
+
+    let d = w.start(no_dns());
+    w.publish().await;
+    let got = eventually(WAIT, "webhook", || async { rx.received().into_iter().next() }).await;
+    let sig = got.header("webhook-signature").unwrap();
+    assert_eq!(sig.matches("v1=").count(), 2, "{sig}");
+    verify(&got, &[&new]).expect("the new secret verifies");
+    verify(&got, &[&old]).expect("the old secret verifies");
+    d.stop().await;
+
+    // Another tenant cannot rotate it.
+    let (status, _) = api.call_as("vidk_nope", "POST", &format!("/webhook-endpoints/{endpoint}:rotate-secret"), None).await;
+    assert_eq!(status, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_log_and_manual_retry() {
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let rx = Receiver::start(Arc::new(|_, prior| Reply::Status(if prior == 0 { 500 } else { 200 }, vec![]))).await;
+    let (endpoint, _) = register(&api, &rx.url()).await;
+    let d = w.start(no_dns());
+    let (event_id, _) = w.publish().await;
+    eventually(WAIT, "succeeded", || async {
+        w.deliveries(&endpoint).await.iter().any(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+
+    let (status, list) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries"), None).await;
+    assert_eq!(status, 200, "{list}");
+    let item = &list["data"][0];
+    assert_eq!(item["event_id"], event_id.as_str());
+    assert_eq!(item["event_type"], "video.ready");
+    assert_eq!(item["status"], "succeeded");
+    assert_eq!(item["attempt_count"], 2);
+    let attempts = item["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0]["response_status"], 500);
+    assert_eq!(attempts[0]["error_class"], "http");
+    assert_eq!(attempts[0]["response_body"], "answer 500");
+    assert!(attempts[0]["next_attempt_at"].is_string());
+    assert!(attempts[0]["duration_ms"].is_number());
+    assert!(attempts[0]["started_at"].is_string());
+    assert_eq!(attempts[1]["response_status"], 200);
+    assert!(attempts[1]["error_class"].is_null());
+
+    let (status, filtered) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries?status=failed"), None).await;
+    assert_eq!(status, 200);
+    assert!(filtered["data"].as_array().unwrap().is_empty());
+    let (status, _) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries?status=bogus"), None).await;
+    assert_eq!(status, 400);
+    let (status, _) = api.call("GET", &format!("/webhook-endpoints/{}/deliveries", EndpointId::generate()), None).await;
+    assert_eq!(status, 404);
+
+    // Resend a succeeded delivery: exactly one more attempt.
+    let dlv = item["id"].as_str().unwrap();
+    let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{dlv}:retry"), None).await;
+    assert_eq!(status, 202, "{body}");
+    eventually(WAIT, "third attempt", || async { (rx.received().len() == 3).then_some(()) }).await;
+    eventually(WAIT, "recorded", || async {
+        w.deliveries(&endpoint).await.iter().any(|d| d.attempt_count == 3 && d.status == "succeeded").then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rx.received().len(), 3, "sent once, not again");
+    assert_eq!(rx.received()[2].id(), event_id.as_str());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_retry_of_a_failed_delivery_is_a_single_attempt() {
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let rx = Receiver::always(500).await;
+    let (endpoint, _) = register(&api, &rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    let dlv = eventually(WAIT, "failed", || async {
+        w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed")
+    })
+    .await;
+    assert_eq!(dlv.attempt_count, 4);
+    let (status, _) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{}:retry", dlv.id), None).await;
+    assert_eq!(status, 202);
+    eventually(WAIT, "failed again after one attempt", || async {
+        w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed" && d.attempt_count == 5)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rx.received().len(), 5, "one extra attempt, no schedule after it");
+    d.stop().await;
+}
