@@ -22,5 +22,6 @@ drop_test_dbs
 VID_PROFILE=test target/debug/api storage-setup >/dev/null
 rm -rf .local/test-logs
 
+scripts/validate-deploy.sh
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
 cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"

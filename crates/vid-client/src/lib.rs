@@ -13,8 +13,11 @@
 //! # Ok(()) }
 //! ```
 
+pub mod resources;
 pub mod sniff;
 pub mod upload;
+
+pub use resources::{DeliveryFilter, EndpointChanges};
 
 use std::time::Duration;
 
@@ -23,7 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint};
 use vid_core::event::Event;
-use vid_core::operation::Operation;
+use vid_core::operation::{Operation, WaitOperation, WaitResponse};
 use vid_core::upload::{CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, UploadState};
 use vid_core::video::Video;
 use vid_core::{EndpointId, EventId, OperationId, Problem, UploadId, VideoId};
@@ -202,8 +205,23 @@ impl Client {
         Ok(self.call::<(), Operation>(Method::POST, &format!("/operations/{id}:cancel"), None, &[]).await?.0)
     }
 
-    /// Follows an operation until it is terminal, calling `on_change` on every
-    /// observed change; gives up after `timeout`.
+    /// `POST /operations/{id}:wait`: answers when the operation changes
+    /// (relative to `revision`, or to its state when the call arrives), when it
+    /// is terminal, or after `timeout_seconds` (server default 30, at most 60).
+    pub async fn wait_operation_once(
+        &self,
+        id: &OperationId,
+        timeout_seconds: Option<u64>,
+        revision: Option<i64>,
+    ) -> Result<WaitResponse, ClientError> {
+        let body = WaitOperation { timeout_seconds, revision };
+        Ok(self.call(Method::POST, &format!("/operations/{id}:wait"), Some(&body), &[]).await?.0)
+    }
+
+    /// Follows an operation until it is terminal, calling `on_change` with
+    /// its current state first and then on every change; gives up after
+    /// `timeout`. Uses long-polling (`:wait`), so changes arrive as they
+    /// happen without polling at a fixed interval.
     pub async fn wait_operation(
         &self,
         id: &OperationId,
@@ -211,21 +229,53 @@ impl Client {
         mut on_change: impl FnMut(&Operation),
     ) -> Result<Operation, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut last: Option<(vid_core::operation::OperationStatus, u8)> = None;
+        // Revision -1: the first call answers at once with the current state.
+        let mut revision = -1;
         loop {
-            let op = self.get_operation(id).await?;
-            if last != Some((op.status, op.progress)) {
-                on_change(&op);
-                last = Some((op.status, op.progress));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let seconds = if revision < 0 { 0 } else { left.as_secs_f64().ceil() as u64 };
+            let answer = self.wait_operation_once(id, Some(seconds.min(WAIT_CALL_SECONDS)), Some(revision)).await?;
+            if answer.revision != revision {
+                on_change(&answer.operation);
+                revision = answer.revision;
             }
-            if op.status.is_terminal() {
-                return Ok(op);
+            if answer.operation.status.is_terminal() {
+                return Ok(answer.operation);
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(ClientError::Timeout(id.clone()));
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// `GET /operations/{id}/events`: the operation's Server-Sent Events.
+    /// `last_event_id` resumes after an event already seen (its `id`).
+    /// Answers `Ok(None)` when the server says there is nothing more to see
+    /// (`204`: the operation ended at that event).
+    pub async fn operation_events(&self, id: &OperationId, last_event_id: Option<i64>) -> Result<Option<OperationEvents>, ClientError> {
+        let mut req = self
+            .http
+            .get(format!("{}/operations/{id}/events", self.base))
+            .bearer_auth(&self.key)
+            .header("Accept", "text/event-stream")
+            // The client-wide timeout covers whole responses; a stream lasts as long as the operation.
+            .timeout(Duration::from_secs(7 * 24 * 3600));
+        if let Some(last) = last_event_id {
+            req = req.header("Last-Event-ID", last.to_string());
+        }
+        let resp = req.send().await?;
+        let status = resp.status();
+        if status == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            let bytes = resp.bytes().await?;
+            return Err(match serde_json::from_slice::<Problem>(&bytes) {
+                Ok(p) => ClientError::Api(p),
+                Err(_) => ClientError::Unexpected { status: status.as_u16(), body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into() },
+            });
+        }
+        Ok(Some(OperationEvents { resp, buf: Vec::new() }))
     }
 
     /// `GET /videos/{id}` (with download URLs).
@@ -273,6 +323,83 @@ impl Client {
     pub async fn raw(&self, method: Method, path: &str, body: Option<&serde_json::Value>) -> Result<serde_json::Value, ClientError> {
         Ok(self.call(method, path, body, &[]).await?.0)
     }
+}
+
+/// Longest `:wait` call the SDK makes (the server caps at 60 s).
+const WAIT_CALL_SECONDS: u64 = 30;
+
+/// One event of an operation's event stream.
+#[derive(Debug, Clone)]
+pub struct OperationEvent {
+    /// The event's `id:` (the operation's revision); pass it to resume.
+    pub id: Option<i64>,
+    /// The operation at that revision.
+    pub operation: Operation,
+}
+
+/// An open `GET /operations/{id}/events` stream.
+#[derive(Debug)]
+pub struct OperationEvents {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl OperationEvents {
+    /// The next event; `Ok(None)` when the stream ended (after the terminal
+    /// event, or when the server closed it). Comments and `retry:` are skipped.
+    pub async fn next(&mut self) -> Result<Option<OperationEvent>, ClientError> {
+        loop {
+            while let Some(end) = find_block_end(&self.buf) {
+                let block: Vec<u8> = self.buf.drain(..end.1).collect();
+                let parsed = parse_block(&block[..end.0]).map_err(|body| ClientError::Unexpected { status: 200, body })?;
+                if let Some(event) = parsed {
+                    return Ok(Some(event));
+                }
+            }
+            match self.resp.chunk().await? {
+                Some(chunk) => self.buf.extend_from_slice(&chunk),
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// The end of the first event block: (end of its content, end including the blank line).
+fn find_block_end(buf: &[u8]) -> Option<(usize, usize)> {
+    (0..buf.len()).find_map(|i| {
+        if buf[i..].starts_with(b"\n\n") {
+            Some((i, i + 2))
+        } else if buf[i..].starts_with(b"\r\n\r\n") {
+            Some((i, i + 4))
+        } else {
+            None
+        }
+    })
+}
+
+/// One event block; `Err` with the offending data when it is not an operation.
+fn parse_block(block: &[u8]) -> Result<Option<OperationEvent>, String> {
+    let text = String::from_utf8_lossy(block);
+    let mut id = None;
+    let mut data = String::new();
+    for line in text.lines() {
+        let (field, value) = line.split_once(':').map(|(f, v)| (f, v.strip_prefix(' ').unwrap_or(v))).unwrap_or((line, ""));
+        match field {
+            "id" => id = value.trim().parse().ok(),
+            "data" => {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(value);
+            }
+            _ => {}
+        }
+    }
+    if data.is_empty() {
+        return Ok(None);
+    }
+    let operation = serde_json::from_str(&data).map_err(|e| format!("{e}: {data}"))?;
+    Ok(Some(OperationEvent { id, operation }))
 }
 
 fn query(pairs: &[(&str, Option<&str>)]) -> String {

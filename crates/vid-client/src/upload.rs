@@ -3,23 +3,23 @@
 //! 1. `POST /uploads` gives one presigned UploadPart URL per part.
 //! 2. Up to `parallel` parts are PUT at once, each read from the file at its
 //!    offset, so memory stays within `parallel × part_size`.
-//! 3. A failed part is retried with backoff; a part whose URL expired or was
-//!    refused (S3 answers 403, Garage 400) is re-signed with `parts:sign` and
-//!    sent again. Other parts are never re-sent.
+//! 3. A failed part is retried with backoff. A part whose URL expired or was
+//!    refused (S3 answers 403 `AccessDenied`, Garage 400 "expired"; either may
+//!    say `SignatureDoesNotMatch`) is re-signed with `parts:sign` and sent
+//!    again, at most [`Uploader::max_resigns`] times. A URL known to be about
+//!    to expire is re-signed before it is used. Other parts are never re-sent.
 //! 4. The upload id is kept in a state file (under the user's cache directory,
-//!    keyed by the file's path, size and modification time). Running the same
-//!    upload again asks `GET /uploads/{id}` which parts storage holds and sends
-//!    only the rest.
+//!    keyed by the API URL and the file's path, size and modification time).
+//!    Running the same upload again asks `GET /uploads/{id}` which parts
+//!    storage holds and sends only the rest.
 //! 5. `POST /uploads/{id}/complete` (without a body: the server lists the parts).
 
-use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use vid_core::upload::{CreateUpload, PartUrl, UploadStatus};
 use vid_core::UploadId;
 
@@ -38,11 +38,17 @@ pub struct UploadStateFile {
 
 /// Progress callbacks, called from the upload task.
 pub trait Progress: Send + Sync {
+    /// The upload is known: created now, or found in the state file (`resumed`).
+    fn upload(&self, _id: &UploadId, _resumed: bool) {}
     /// The total bytes to send and how many are already in storage (resumed).
     fn start(&self, _total: u64, _already: u64) {}
+    /// This run starts working on a part (reading it, then sending it).
+    fn part_start(&self, _part: u32) {}
     /// `n` more bytes reached storage.
     fn advance(&self, _n: u64) {}
-    /// A part is being retried, and why.
+    /// Storage accepted this part (in this run).
+    fn part_sent(&self, _part: u32) {}
+    /// A part is being retried or re-signed, and why.
     fn retry(&self, _part: u32, _why: &str) {}
 }
 
@@ -50,32 +56,66 @@ pub trait Progress: Send + Sync {
 pub struct NoProgress;
 impl Progress for NoProgress {}
 
+/// What an upload did.
+#[derive(Debug, Clone)]
+pub struct UploadOutcome {
+    /// The upload.
+    pub upload_id: UploadId,
+    /// Whether an earlier run's upload was continued.
+    pub resumed: bool,
+    /// The parts sent by this run, in the order storage accepted them.
+    pub parts_sent: Vec<u32>,
+    /// The parts storage already held when this run started (resumed uploads).
+    pub parts_already_stored: Vec<u32>,
+    /// The transcode operation `complete` answered with.
+    pub accepted: Accepted,
+}
+
 /// Uploads files through a [`Client`].
 pub struct Uploader<'a> {
     client: &'a Client,
     parallel: usize,
     max_attempts: u32,
+    max_resigns: u32,
     state_dir: Option<PathBuf>,
     progress: Arc<dyn Progress>,
     stop_after_parts: Option<usize>,
+    delay_before_send: Option<Duration>,
 }
 
+/// A URL expiring sooner than this is re-signed before it is used.
+const EXPIRY_MARGIN: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
 impl<'a> Uploader<'a> {
-    /// Defaults: 4 parts at once, 6 attempts per part, state under the user cache dir.
+    /// Defaults: 4 parts at once, 6 attempts and 2 re-signs per part, state under the user cache dir.
     pub fn new(client: &'a Client) -> Self {
         Self {
             client,
             parallel: 4,
             max_attempts: 6,
-            state_dir: dirs::cache_dir().map(|d| d.join("vidctl/uploads")),
+            max_resigns: 2,
+            state_dir: default_state_dir(),
             progress: Arc::new(NoProgress),
             stop_after_parts: None,
+            delay_before_send: None,
         }
     }
 
     /// Parts sent at once (at least 1).
     pub fn parallel(mut self, n: usize) -> Self {
         self.parallel = n.max(1);
+        self
+    }
+
+    /// Attempts per part for network errors and storage errors other than refusals (at least 1).
+    pub fn max_attempts(mut self, n: u32) -> Self {
+        self.max_attempts = n.max(1);
+        self
+    }
+
+    /// How often one part may be re-signed after storage refused its URL.
+    pub fn max_resigns(mut self, n: u32) -> Self {
+        self.max_resigns = n;
         self
     }
 
@@ -98,11 +138,20 @@ impl<'a> Uploader<'a> {
         self
     }
 
-    fn state_path(&self, file: &Path, size: u64) -> Option<PathBuf> {
+    /// Waits this long before the first PUT of each part, after its URL was
+    /// checked — lets tests make URLs expire, and throttles demos.
+    pub fn delay_before_send(mut self, d: Option<Duration>) -> Self {
+        self.delay_before_send = d;
+        self
+    }
+
+    /// The state file an upload of `file` uses (whether or not it exists).
+    pub fn state_path(&self, file: &Path) -> Option<PathBuf> {
         let dir = self.state_dir.as_ref()?;
+        let meta = std::fs::metadata(file).ok()?;
         let abs = std::fs::canonicalize(file).ok()?;
-        let mtime = std::fs::metadata(file).ok()?.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
-        let key = format!("{}|{}|{}|{}", self.client.base_url(), abs.display(), size, mtime);
+        let mtime = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs();
+        let key = format!("{}|{}|{}|{}", self.client.base_url(), abs.display(), meta.len(), mtime);
         let digest = ring::digest::digest(&ring::digest::SHA256, key.as_bytes());
         Some(dir.join(format!("{}.json", hex::encode(&digest.as_ref()[..12]))))
     }
@@ -110,137 +159,289 @@ impl<'a> Uploader<'a> {
     /// Uploads `file` (resuming a previous run of the same file if there was one)
     /// and completes it. `content_type` defaults to what the first bytes say.
     pub async fn upload_file(&self, file: &Path, content_type: Option<&str>) -> Result<Accepted, ClientError> {
-        let size = tokio::fs::metadata(file).await?.len();
-        let state_path = self.state_path(file, size);
-        if let Some(existing) = self.resume_candidate(state_path.as_deref()).await? {
-            return self.finish(file, size, existing, state_path.as_deref()).await;
+        self.upload(file, content_type).await.map(|o| o.accepted)
+    }
+
+    /// Like [`upload_file`](Self::upload_file), reporting what was sent.
+    pub async fn upload(&self, path: &Path, content_type: Option<&str>) -> Result<UploadOutcome, ClientError> {
+        let file = std::fs::File::open(path)?;
+        let size = file.metadata()?.len();
+        let file = Arc::new(file);
+        let state_path = self.state_path(path);
+        if let Some(existing) = self.resume_candidate(state_path.as_deref(), size).await? {
+            self.progress.upload(&existing, true);
+            return self.resume(&file, size, existing, state_path.as_deref()).await;
         }
         let content_type = match content_type {
             Some(ct) => ct.to_owned(),
             None => {
-                let mut head = vec![0u8; 64];
-                let mut f = tokio::fs::File::open(file).await?;
-                let n = f.read(&mut head).await?;
-                crate::sniff::sniff_content_type(&head[..n]).unwrap_or("application/octet-stream").to_owned()
+                let head = read_at(&file, 0, size.min(64) as usize).await?;
+                crate::sniff::sniff_content_type(&head).unwrap_or("application/octet-stream").to_owned()
             }
         };
         let created = self
             .client
             .create_upload(
-                &CreateUpload {
-                    size_bytes: size,
-                    content_type,
-                    filename: file.file_name().map(|n| n.to_string_lossy().into_owned()),
-                },
+                &CreateUpload { size_bytes: size, content_type, filename: path.file_name().map(|n| n.to_string_lossy().into_owned()) },
                 None,
             )
             .await?;
-        if let Some(path) = &state_path {
+        self.progress.upload(&created.id, false);
+        if let Some(p) = &state_path {
             let state = UploadStateFile { api_url: self.client.base_url().to_owned(), upload_id: created.id.clone(), size_bytes: size };
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, serde_json::to_vec(&state).expect("serialises"))?;
+            write_state(p, &state)?;
         }
         self.progress.start(size, 0);
-        self.send_parts(file, &created.id, created.parts).await?;
-        self.complete(&created.id, state_path.as_deref()).await
+        let parts_sent = self.send_parts(&file, &created.id, created.parts).await?;
+        let accepted = self.complete(&created.id, state_path.as_deref()).await?;
+        Ok(UploadOutcome { upload_id: created.id, resumed: false, parts_sent, parts_already_stored: Vec::new(), accepted })
     }
 
-    async fn resume_candidate(&self, state_path: Option<&Path>) -> Result<Option<UploadId>, ClientError> {
+    async fn resume_candidate(&self, state_path: Option<&Path>, size: u64) -> Result<Option<UploadId>, ClientError> {
         let Some(path) = state_path else { return Ok(None) };
         let Ok(bytes) = std::fs::read(path) else { return Ok(None) };
-        let Ok(state) = serde_json::from_slice::<UploadStateFile>(&bytes) else { return Ok(None) };
+        let state = match serde_json::from_slice::<UploadStateFile>(&bytes) {
+            Ok(s) if s.size_bytes == size && s.api_url == self.client.base_url() => s,
+            _ => {
+                let _ = std::fs::remove_file(path);
+                return Ok(None);
+            }
+        };
         match self.client.get_upload(&state.upload_id).await {
             Ok(u) if matches!(u.status, UploadStatus::Created | UploadStatus::Completing | UploadStatus::Completed) => Ok(Some(u.id)),
-            _ => {
+            // Gone, aborted or expired: start afresh.
+            Ok(_) | Err(ClientError::Api(_)) => {
                 let _ = std::fs::remove_file(path);
                 Ok(None)
             }
+            // The API is unreachable: say so rather than create a second upload.
+            Err(e) => Err(e),
         }
     }
 
-    async fn finish(&self, file: &Path, size: u64, id: UploadId, state_path: Option<&Path>) -> Result<Accepted, ClientError> {
+    async fn resume(&self, file: &Arc<std::fs::File>, size: u64, id: UploadId, state_path: Option<&Path>) -> Result<UploadOutcome, ClientError> {
         let state = self.client.get_upload(&id).await?;
+        let already: Vec<u32> = state.parts.iter().map(|p| p.part_number).collect();
+        let mut parts_sent = Vec::new();
         if state.status == UploadStatus::Created && !state.missing_parts.is_empty() {
-            let already: u64 = state.parts.iter().map(|p| p.size_bytes).sum();
-            self.progress.start(size, already);
+            let stored: u64 = state.parts.iter().map(|p| p.size_bytes).sum();
+            self.progress.start(size, stored);
             let signed = self.client.sign_parts(&id, &state.missing_parts).await?;
-            self.send_parts(file, &id, signed.parts).await?;
+            parts_sent = self.send_parts(file, &id, signed.parts).await?;
         } else {
             self.progress.start(size, size);
         }
-        self.complete(&id, state_path).await
+        let accepted = self.complete(&id, state_path).await?;
+        Ok(UploadOutcome { upload_id: id, resumed: true, parts_sent, parts_already_stored: already, accepted })
     }
 
     async fn complete(&self, id: &UploadId, state_path: Option<&Path>) -> Result<Accepted, ClientError> {
-        let accepted = self.client.complete_upload(id, None).await?;
+        // `complete` is idempotent: a call lost on the way is simply repeated.
+        let mut delay = Duration::from_millis(500);
+        let mut attempt = 1;
+        let accepted = loop {
+            match self.client.complete_upload(id, None).await {
+                Ok(a) => break a,
+                Err(e) if attempt < 3 && transient(&e) => {
+                    attempt += 1;
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         if let Some(p) = state_path {
             let _ = std::fs::remove_file(p);
         }
         Ok(accepted)
     }
 
-    async fn send_parts(&self, file: &Path, id: &UploadId, parts: Vec<PartUrl>) -> Result<(), ClientError> {
+    async fn send_parts(&self, file: &Arc<std::fs::File>, id: &UploadId, parts: Vec<PartUrl>) -> Result<Vec<u32>, ClientError> {
         let limit = self.stop_after_parts.unwrap_or(usize::MAX);
         let total = parts.len();
-        let mut sent = 0usize;
+        let mut sent = Vec::with_capacity(total);
         let mut stream = futures::stream::iter(parts.into_iter().take(limit))
             .map(|part| self.send_part(file, id, part))
             .buffer_unordered(self.parallel);
         while let Some(result) = stream.next().await {
-            result?;
-            sent += 1;
+            let n = result?;
+            self.progress.part_sent(n);
+            sent.push(n);
         }
-        if sent < total {
-            return Err(ClientError::Io(std::io::Error::other(format!("stopped after {sent} of {total} parts as asked"))));
+        if sent.len() < total {
+            return Err(ClientError::Io(std::io::Error::other(format!("stopped after {} of {total} parts as asked", sent.len()))));
         }
-        Ok(())
+        Ok(sent)
     }
 
-    async fn send_part(&self, file: &Path, id: &UploadId, mut part: PartUrl) -> Result<(), ClientError> {
-        let mut buf = vec![0u8; part.length as usize];
-        {
-            let mut f = tokio::fs::File::open(file).await?;
-            f.seek(SeekFrom::Start(part.offset)).await?;
-            f.read_exact(&mut buf).await?;
+    async fn resign(&self, id: &UploadId, part: u32) -> Result<PartUrl, ClientError> {
+        let mut fresh = self.client.sign_parts(id, &[part]).await?.parts;
+        fresh.pop().filter(|p| p.part_number == part).ok_or_else(|| ClientError::Unexpected {
+            status: 200,
+            body: format!("parts:sign did not answer with part {part}"),
+        })
+    }
+
+    /// Sends one part; answers its number once storage accepted it.
+    async fn send_part(&self, file: &Arc<std::fs::File>, id: &UploadId, mut part: PartUrl) -> Result<u32, ClientError> {
+        let n = part.part_number;
+        self.progress.part_start(n);
+        if part.expires_at - chrono::Utc::now() < EXPIRY_MARGIN {
+            self.progress.retry(n, "URL about to expire; re-signing before sending");
+            part = self.resign(id, n).await?;
         }
-        let body = bytes::Bytes::from(buf);
+        // The only copy of the part's bytes: `Bytes` clones share it.
+        let body = bytes::Bytes::from(read_at(file, part.offset, part.length as usize).await?);
+        if let Some(d) = self.delay_before_send {
+            tokio::time::sleep(d).await;
+        }
         let mut delay = Duration::from_millis(300);
-        for attempt in 1..=self.max_attempts {
-            let result = self.client.http().put(&part.url).body(body.clone()).send().await;
-            match result {
+        let (mut attempts, mut resigns) = (0u32, 0u32);
+        loop {
+            let failure = match self.client.http().put(&part.url).body(body.clone()).send().await {
                 Ok(resp) if resp.status().is_success() => {
                     self.progress.advance(part.length);
-                    return Ok(());
+                    return Ok(n);
                 }
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let text = resp.text().await.unwrap_or_default();
-                    let refused = status == 403 || (status == 400 && (text.contains("xpired") || text.contains("AccessDenied")));
-                    if attempt == self.max_attempts {
-                        return Err(ClientError::Storage { part_number: part.part_number, status, body: text.chars().take(300).collect() });
-                    }
-                    if refused {
-                        self.progress.retry(part.part_number, "URL expired or refused; re-signing");
-                        let mut fresh = self.client.sign_parts(id, &[part.part_number]).await?.parts;
-                        if let Some(p) = fresh.pop() {
-                            part = p;
+                    if url_refused(status, &text) && resigns < self.max_resigns {
+                        resigns += 1;
+                        self.progress.retry(n, &format!("storage refused the URL (HTTP {status}: {}); re-signing", s3_code(&text)));
+                        match self.resign(id, n).await {
+                            Ok(p) => {
+                                part = p;
+                                continue;
+                            }
+                            Err(e) if transient(&e) => format!("re-signing failed: {e}"),
+                            Err(e) => return Err(e),
                         }
-                        continue;
+                    } else {
+                        attempts += 1;
+                        let fatal = url_refused(status, &text) || (status == 404 && text.contains("NoSuchUpload"));
+                        if fatal || attempts >= self.max_attempts {
+                            return Err(ClientError::Storage { part_number: n, status, body: text.chars().take(300).collect() });
+                        }
+                        format!("storage answered HTTP {status} {}", s3_code(&text))
                     }
-                    self.progress.retry(part.part_number, &format!("storage answered {status}"));
                 }
                 Err(e) => {
-                    if attempt == self.max_attempts {
+                    attempts += 1;
+                    if attempts >= self.max_attempts {
                         return Err(e.into());
                     }
-                    self.progress.retry(part.part_number, &format!("network error: {e}"));
+                    format!("network error: {e}")
                 }
-            }
+            };
+            self.progress.retry(n, &format!("{failure}; retrying in {delay:?}"));
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(10));
         }
-        unreachable!("the loop returns on its last attempt")
+    }
+}
+
+/// `<cache dir>/vidctl/uploads`, e.g. `~/.cache/vidctl/uploads`.
+pub fn default_state_dir() -> Option<PathBuf> {
+    dirs::cache_dir().map(|d| d.join("vidctl/uploads"))
+}
+
+fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(state).expect("serialises"))?;
+    std::fs::rename(tmp, path)
+}
+
+/// Whether storage refused the presigned URL itself (expired, or its
+/// signature is no longer accepted), as opposed to failing the request.
+/// AWS answers 403 (`AccessDenied` "Request has expired", or
+/// `SignatureDoesNotMatch`); Garage answers 400 or 403 with "expired" in the message.
+pub fn url_refused(status: u16, body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    let says = b.contains("expired") || b.contains("accessdenied") || b.contains("signaturedoesnotmatch") || b.contains("invalidaccesskeyid");
+    match status {
+        403 => true,
+        400 => says || b.contains("authorizationqueryparameterserror"),
+        _ => false,
+    }
+}
+
+/// The `<Code>` of an S3 error body, or its start.
+fn s3_code(body: &str) -> String {
+    let code = body.split_once("<Code>").and_then(|(_, r)| r.split_once("</Code>")).map(|(c, _)| c);
+    let message = body.split_once("<Message>").and_then(|(_, r)| r.split_once("</Message>")).map(|(m, _)| m);
+    match (code, message) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c.to_owned(),
+        _ => body.chars().take(120).collect(),
+    }
+}
+
+/// Errors worth repeating the same call for.
+fn transient(e: &ClientError) -> bool {
+    match e {
+        ClientError::Http(_) => true,
+        ClientError::Api(p) => p.status >= 500 || p.status == 429,
+        ClientError::Unexpected { status, .. } => *status >= 500 || *status == 429,
+        _ => false,
+    }
+}
+
+/// Reads `len` bytes at `offset` on the blocking pool (positional read: the
+/// parts of one file are read concurrently without sharing a cursor).
+async fn read_at(file: &Arc<std::fs::File>, offset: u64, len: usize) -> Result<Vec<u8>, ClientError> {
+    let file = file.clone();
+    let buf = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        read_exact_at(&file, &mut buf, offset)?;
+        Ok(buf)
+    })
+    .await
+    .map_err(|e| std::io::Error::other(format!("reading the file: {e}")))??;
+    Ok(buf)
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut f = file;
+    f.seek(SeekFrom::Start(offset))?;
+    f.read_exact(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_refused_urls_from_aws_and_garage() {
+        let aws_expired = "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>";
+        assert!(url_refused(403, aws_expired));
+        assert!(url_refused(403, "<Error><Code>SignatureDoesNotMatch</Code></Error>"));
+        assert!(url_refused(400, "<Error><Code>InvalidRequest</Code><Message>Bad request: Date is too old or expired</Message></Error>"));
+        assert!(url_refused(400, "<Error><Code>AccessDenied</Code></Error>"));
+        assert!(!url_refused(400, "<Error><Code>InvalidPart</Code><Message>bad digest</Message></Error>"));
+        assert!(!url_refused(500, aws_expired));
+        assert_eq!(s3_code(aws_expired), "AccessDenied: Request has expired");
+    }
+
+    #[tokio::test]
+    async fn reads_parts_at_their_offsets() {
+        let path = std::env::temp_dir().join(format!("vid-client-read-at-{}", std::process::id()));
+        std::fs::write(&path, (0..=255u8).collect::<Vec<_>>()).unwrap();
+        let f = Arc::new(std::fs::File::open(&path).unwrap());
+        assert_eq!(read_at(&f, 10, 3).await.unwrap(), vec![10, 11, 12]);
+        assert!(read_at(&f, 250, 10).await.is_err());
+        std::fs::remove_file(path).unwrap();
     }
 }

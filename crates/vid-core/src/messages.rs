@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
-use crate::operation::Phase;
+use crate::operation::{Phase, ScanOutcome};
 use crate::video::{Poster, Rendition, SourceMetadata};
 use crate::{OperationId, Problem, TenantId, VideoId};
 
@@ -59,6 +59,13 @@ pub enum ReportKind {
         phase: Phase,
         /// Whole-job progress, 0–99.
         percent: u8,
+    },
+    /// The source passed the malware scan (`clean`), or scanning is turned
+    /// off (`skipped`); sent once, before probing. (An infected source ends
+    /// in `Failed` with code `malware_detected` instead.)
+    Scanned {
+        /// What the scan found.
+        outcome: ScanOutcome,
     },
     /// Every output is in storage.
     Succeeded {
@@ -118,6 +125,11 @@ mod tests {
         assert_eq!(v["kind"], "progress");
         assert_eq!(v["percent"], 42);
         assert_eq!(serde_json::from_value::<TranscodeReport>(v).unwrap(), r);
+
+        let scanned = TranscodeReport { kind: ReportKind::Scanned { outcome: ScanOutcome::Skipped }, ..r.clone() };
+        let v = serde_json::to_value(&scanned).unwrap();
+        assert_eq!((v["kind"].as_str(), v["outcome"].as_str()), (Some("scanned"), Some("skipped")));
+        assert_eq!(serde_json::from_value::<TranscodeReport>(v).unwrap(), scanned);
 
         let failed = TranscodeReport {
             kind: ReportKind::Failed { error: Problem::new(422, "no_video_stream", "No video stream"), source: None },

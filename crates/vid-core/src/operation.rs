@@ -80,6 +80,40 @@ pub struct OperationMetadata {
     pub phase: Option<Phase>,
     /// The video this operation produces.
     pub video_id: Option<VideoId>,
+    /// The malware scan of the source, once it ran (`clean`) or was turned
+    /// off (`skipped`). An infected source fails with `malware_detected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<ScanOutcome>,
+}
+
+/// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScanOutcome {
+    /// The scanner found nothing.
+    Clean,
+    /// Scanning is turned off (`scanner.enabled = false`, development only):
+    /// the source was not scanned.
+    Skipped,
+}
+
+impl ScanOutcome {
+    /// The wire and database spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Clean => "clean",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    /// Parses the wire spelling; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "clean" => Some(Self::Clean),
+            "skipped" => Some(Self::Skipped),
+            _ => None,
+        }
+    }
 }
 
 /// What a succeeded transcode produced.
@@ -132,6 +166,51 @@ pub struct Operation {
     pub metadata: OperationMetadata,
 }
 
+/// Body of `POST /operations/{id}:wait` (the body is optional; `{}` and no
+/// body mean "the defaults").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitOperation {
+    /// How long to wait at most, in seconds: default 30, values above 60 are
+    /// treated as 60, `0` answers at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    /// Answer as soon as the operation's revision is greater than this (the
+    /// `revision` of a previous answer, so a change between two calls is not
+    /// missed). Default: the revision when the call arrives, i.e. "wait for
+    /// the next change".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<i64>,
+}
+
+/// Why `POST /operations/{id}:wait` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitReason {
+    /// The operation changed (status, progress or phase) since the call
+    /// started, or since the `revision` given; possibly into a terminal status.
+    Changed,
+    /// Nothing changed before `timeout_seconds` passed.
+    Timeout,
+    /// The operation was already terminal when the call arrived (and not
+    /// newer than a given `revision`): nothing will ever change.
+    Terminal,
+}
+
+/// Answer of `POST /operations/{id}:wait`:
+/// `{"operation": {...}, "reason": "changed"|"timeout"|"terminal", "revision": 7}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitResponse {
+    /// The operation as it is now.
+    pub operation: Operation,
+    /// Why the call answered.
+    pub reason: WaitReason,
+    /// The operation's revision: a per-operation number that grows with every
+    /// change; the `id:` of its Server-Sent Events. Pass it back as
+    /// [`WaitOperation::revision`] to wait for the next change.
+    pub revision: i64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,7 +225,7 @@ mod tests {
             updated_at: "2026-10-15T09:12:30Z".parse().unwrap(),
             result: None,
             error: None,
-            metadata: OperationMetadata { phase: Some(Phase::Transcoding), video_id: Some(VideoId::generate()) },
+            metadata: OperationMetadata { phase: Some(Phase::Transcoding), video_id: Some(VideoId::generate()), scan: Some(ScanOutcome::Clean) },
         };
         let v = serde_json::to_value(&op).unwrap();
         for key in ["id", "status", "progress", "created_at", "result", "error"] {
@@ -155,7 +234,17 @@ mod tests {
         assert_eq!(v["status"], "running");
         assert_eq!(v["created_at"], "2026-10-15T09:12:00Z");
         assert_eq!(v["metadata"]["phase"], "transcoding");
+        assert_eq!(v["metadata"]["scan"], "clean");
         assert_eq!(serde_json::from_value::<Operation>(v).unwrap(), op);
+    }
+
+    #[test]
+    fn wait_bodies_have_the_documented_shape() {
+        assert_eq!(serde_json::from_str::<WaitOperation>("{}").unwrap(), WaitOperation::default());
+        assert!(serde_json::from_str::<WaitOperation>(r#"{"timeout":1}"#).is_err());
+        assert_eq!(serde_json::to_value(WaitReason::Timeout).unwrap(), "timeout");
+        assert_eq!(serde_json::to_value(WaitReason::Changed).unwrap(), "changed");
+        assert_eq!(serde_json::to_value(WaitReason::Terminal).unwrap(), "terminal");
     }
 
     #[test]

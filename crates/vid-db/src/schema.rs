@@ -72,6 +72,8 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         heartbeat_at -> Nullable<Timestamptz>,
+        revision -> Int8,
+        scan -> Nullable<Text>,
     }
 }
 

@@ -30,21 +30,31 @@ pub fn load<T: DeserializeOwned>() -> anyhow::Result<T> {
 
 /// [`load`] with an explicit directory and profile (used by tests).
 pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Result<T> {
-    let cfg = config::Config::builder()
+    let mut builder = config::Config::builder()
         .add_source(config::File::with_name(&format!("{dir}/default")).required(true))
         .add_source(config::File::with_name(&format!("{dir}/{profile}")).required(false))
-        .add_source(
-            config::Environment::with_prefix("VID")
-                .prefix_separator("__")
-                .separator("__")
-                .try_parsing(true)
-                .list_separator(",")
-                .with_list_parse_key("webhooks.allow_cidrs")
-                .with_list_parse_key("uploads.allowed_content_types"),
-        )
-        .build()?;
-    Ok(cfg.try_deserialize()?)
+        // Values stay strings (no guessing): an all-digit secret such as
+        // "0123" must not become the number 123. Typed fields still parse.
+        .add_source(config::Environment::with_prefix("VID").prefix_separator("__").separator("__"));
+    for key in LIST_KEYS {
+        let var = format!("VID__{}", key.to_ascii_uppercase().replace('.', "__"));
+        if let Ok(value) = std::env::var(&var) {
+            let items: Vec<String> =
+                value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            builder = builder.set_override(*key, items)?;
+        }
+    }
+    Ok(builder.build()?.try_deserialize()?)
 }
+
+/// Settings that are lists; their environment variables are comma-separated
+/// (`VID__UPLOADS__ALLOWED_CONTENT_TYPES=video/mp4,video/webm`).
+pub const LIST_KEYS: &[&str] = &[
+    "webhooks.allow_cidrs",
+    "uploads.allowed_content_types",
+    "dispatcher.retry_schedule_seconds",
+    "transcoder.ladder",
+];
 
 /// `[database]`: PostgreSQL.
 #[derive(Debug, Clone, Deserialize)]

@@ -90,6 +90,7 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ReportKind::Progress { phase, percent } => {
             lifecycle::record_progress(&state.db, topo, &report.operation_id, Some(*phase), *percent).await?
         }
+        ReportKind::Scanned { outcome } => lifecycle::record_scan(&state.db, &report.operation_id, *outcome).await?,
         ReportKind::Succeeded { source, renditions, poster } => {
             let outcome = Outcome::Succeeded { source: source.clone(), renditions: renditions.clone(), poster: poster.clone() };
             let applied = lifecycle::finish(&state.db, topo, &report.operation_id, outcome).await?;
@@ -109,7 +110,8 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
             lifecycle::finish(&state.db, topo, &report.operation_id, outcome).await?
         }
     };
-    if applied == Applied::Changed {
+    if applied != Applied::Ignored {
+        // Changed: an event to relay; AlreadyTerminal on a progress report: a cancel to re-send.
         state.outbox_notify.notify_one();
     }
     Ok(())

@@ -3,7 +3,8 @@
 //! [`Application::build`] binds the listener (port 0 picks a free one, for
 //! tests) and [`Application::run`] serves until stopped, alongside:
 //! the outbox relay ([`outbox`]), the consumer of transcoder reports and dead
-//! letters ([`consumers`]), and the [`janitor`].
+//! letters ([`consumers`]), the [`janitor`], and the LISTEN connection that
+//! wakes operation waiters ([`watch`]).
 //!
 //! Invariant: the api never touches media bytes. Uploads go straight from
 //! clients to storage; transcoding happens in the transcoder.
@@ -19,6 +20,7 @@ pub mod routes;
 pub mod settings;
 pub mod state;
 pub mod storage;
+pub mod watch;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -69,6 +71,7 @@ impl Application {
             sealing_key: Arc::new(sealing_key),
             url_policy: Arc::new(url_policy),
             resolver,
+            watchers: watch::Registry::new(db.clone(), settings.operations.max_watchers_per_tenant),
             db,
             settings: Arc::new(settings),
         };
@@ -96,6 +99,10 @@ impl Application {
             tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox_notify.clone())),
             tokio::spawn(consumers::run(state.clone())),
             tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
+            tokio::spawn(watch::run_listener(
+                state.watchers.clone(),
+                state.settings.database.url.expose_secret().to_owned(),
+            )),
         ];
         let data = web::Data::new(state);
         let server = HttpServer::new(move || {
@@ -116,6 +123,10 @@ impl Application {
                 }))
         })
         .shutdown_timeout(30)
+        // A client that closes its connection ends its request at once: the
+        // handler or response stream is dropped (freeing e.g. a watcher slot)
+        // instead of living on until the next write fails.
+        .h1_allow_half_closed(false)
         .listen(self.listener)?
         .run();
         let result = server.await;

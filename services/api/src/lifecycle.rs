@@ -5,13 +5,16 @@
 //! - a terminal status (`succeeded`, `failed`, `cancelled`) is never overwritten,
 //!   so a cancel racing a completion ends in exactly one terminal state;
 //! - every change of the video bumps its `version`, and its event (carrying
-//!   that version) is recorded in the same transaction, published via the outbox.
+//!   that version) is recorded in the same transaction, published via the outbox;
+//! - every change of an operation bumps its `revision` and notifies
+//!   `operation_changed` in the same transaction ([`crate::watch`]).
 
 use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use vid_core::event::{EventData, EventType, VideoEventData};
+use vid_core::messages::CancelTranscode;
 use vid_core::operation::{OperationResult, OperationStatus, Phase, RenditionRef};
 use vid_core::video::{Poster, Rendition, SourceMetadata, VideoStatus};
 use vid_core::{OperationId, Problem, TenantId, VideoId};
@@ -92,6 +95,8 @@ async fn video_event(
 
 /// A heartbeat with progress: `pending` becomes `running` (event
 /// `video.processing`), progress only moves forward, capped at 99.
+/// On a `cancelled` operation it queues another cancel for the workers and
+/// returns [`Applied::AlreadyTerminal`].
 pub async fn record_progress(
     db: &vid_db::Pool,
     topology: &Topology,
@@ -106,9 +111,24 @@ pub async fn record_progress(
         async move {
             let Some((status, video, tenant)) = lock(conn, &id).await? else { return Ok(Applied::Ignored) };
             let status = OperationStatus::parse(&status).unwrap_or(OperationStatus::Failed);
+            if status == OperationStatus::Cancelled {
+                // A worker is busy with a cancelled operation: the job was still queued when it
+                // was cancelled, or the cancel broadcast missed this worker. Tell it again, so it
+                // stops instead of transcoding and uploading outputs nobody will keep.
+                crate::outbox::enqueue(
+                    conn,
+                    &topology.control_exchange(),
+                    "",
+                    serde_json::to_string(&CancelTranscode { operation_id: id.clone() }).expect("serialises"),
+                    Some(id.as_str()),
+                )
+                .await?;
+                return Ok(Applied::AlreadyTerminal(status));
+            }
             if status.is_terminal() {
                 return Ok(Applied::Ignored);
             }
+            let before = crate::watch::fingerprint(conn, &id).await?;
             let now = Utc::now();
             if status == OperationStatus::Pending {
                 video_event(conn, &topology, &tenant, &id, &video, VideoStatus::Processing, EventType::VideoProcessing).await?;
@@ -131,6 +151,7 @@ pub async fn record_progress(
                     .execute(conn)
                     .await?;
             }
+            crate::watch::record_change_since(conn, &id, before).await?;
             Ok(Applied::Changed)
         }
         .scope_boxed()
@@ -204,6 +225,33 @@ pub async fn finish(db: &vid_db::Pool, topology: &Topology, id: &OperationId, ou
                     video_event(conn, &topology, &tenant, &id, &video, VideoStatus::Failed, EventType::VideoFailed).await?;
                 }
             }
+            crate::watch::record_change(conn, &id).await?;
+            Ok(Applied::Changed)
+        }
+        .scope_boxed()
+    })
+    .await
+}
+
+/// The scan outcome of a running operation's source (`metadata.scan`); a
+/// change bumps its revision. Ignored once the operation is terminal.
+pub async fn record_scan(db: &vid_db::Pool, id: &OperationId, outcome: vid_core::operation::ScanOutcome) -> anyhow::Result<Applied> {
+    let mut conn = db.get().await?;
+    let id = id.clone();
+    conn.transaction::<Applied, anyhow::Error, _>(|conn| {
+        async move {
+            let Some((status, _, _)) = lock(conn, &id).await? else { return Ok(Applied::Ignored) };
+            if OperationStatus::parse(&status).is_none_or(|s| s.is_terminal()) {
+                return Ok(Applied::Ignored);
+            }
+            let n = diesel::update(operations::table.filter(operations::id.eq(&id)).filter(operations::scan.is_distinct_from(outcome.as_str())))
+                .set((operations::scan.eq(outcome.as_str()), operations::updated_at.eq(Utc::now())))
+                .execute(conn)
+                .await?;
+            if n == 0 {
+                return Ok(Applied::Ignored);
+            }
+            crate::watch::record_change(conn, &id).await?;
             Ok(Applied::Changed)
         }
         .scope_boxed()

@@ -19,7 +19,7 @@ use vid_core::messages::EventPublished;
 use vid_core::{EventId, TenantId};
 use vid_db::schema::{events, outbox};
 use vid_db::RunQueryDsl;
-use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
+use vid_infra::amqp::{PublishError, Publisher, Topology, RK_EVENT};
 use vid_infra::settings::AmqpSettings;
 
 /// Adds a message to the outbox inside the caller's transaction.
@@ -129,7 +129,16 @@ pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::
                 return Ok(0);
             }
             for (_, exchange, routing_key, payload, correlation_id) in &rows {
-                publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await?;
+                match publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await {
+                    Ok(()) => {}
+                    // A cancel broadcast while no transcoder is connected: nobody holds the job,
+                    // so there is nobody to tell (a worker that picks the job up later is told
+                    // again on its first report). Retrying would wedge every row behind it.
+                    Err(PublishError::Unroutable { exchange, .. }) if exchange.ends_with(".control") => {
+                        tracing::info!(%exchange, "cancel broadcast reached no transcoder; dropped");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
             diesel::delete(outbox::table.filter(outbox::id.eq_any(&ids))).execute(conn).await?;

@@ -56,6 +56,14 @@ pub struct UploadSettings {
 pub struct OperationSettings {
     /// A running operation with no report for this long is failed (`worker_lost`).
     pub heartbeat_timeout_seconds: u64,
+    /// Open `:wait` calls plus event streams one tenant may hold on one api
+    /// process; past it the answer is `429 too_many_watchers`.
+    #[serde(default = "default_max_watchers_per_tenant")]
+    pub max_watchers_per_tenant: usize,
+}
+
+fn default_max_watchers_per_tenant() -> usize {
+    100
 }
 
 /// `[webhooks]`

@@ -31,4 +31,6 @@ pub struct AppState {
     pub url_policy: Arc<UrlPolicy>,
     /// Resolves endpoint host names at registration.
     pub resolver: Arc<dyn Resolve>,
+    /// Waiters on operation changes (`:wait`, event streams), fed by the LISTEN connection.
+    pub watchers: Arc<crate::watch::Registry>,
 }

@@ -1,6 +1,8 @@
 //! A tiny HTTP/1.1 health server on raw tokio: `GET /healthz` (200 while the
 //! process runs) and `GET /readyz` (200 while the AMQP connection is up and
-//! consuming, else 503). Anything else is 404. One request per connection.
+//! consuming, else 503), `GET /metrics` (the scan counters of
+//! [`crate::scan::METRICS`], Prometheus text format). Anything else is 404.
+//! One request per connection.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,14 +28,19 @@ pub async fn serve(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<
                 };
                 let line = String::from_utf8_lossy(&buf[..n]);
                 let path = line.split_whitespace().nth(1).unwrap_or("");
-                let (status, body) = match path {
-                    "/healthz" => ("200 OK", "ok\n"),
-                    "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n"),
-                    "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n"),
-                    _ => ("404 Not Found", "not found\n"),
+                let metrics;
+                let (status, body, ctype) = match path {
+                    "/healthz" => ("200 OK", "ok\n", "text/plain"),
+                    "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n", "text/plain"),
+                    "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n", "text/plain"),
+                    "/metrics" => {
+                        metrics = crate::scan::METRICS.render();
+                        ("200 OK", metrics.as_str(), "text/plain; version=0.0.4")
+                    }
+                    _ => ("404 Not Found", "not found\n", "text/plain"),
                 };
                 let resp = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 );
                 let _ = sock.write_all(resp.as_bytes()).await;

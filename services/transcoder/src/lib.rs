@@ -5,8 +5,9 @@
 //! - [`media`]: probe, validate, ladder planning, the single-decode transcoder, poster;
 //! - [`child`]: the child-process protocol (`transcoder work --spec …`) and its supervision;
 //! - [`worker`]: the queue loop (jobs, cancel, reports, acks, shutdown);
-//! - [`settings`]: the `[transcoder]` settings;
-//! - [`health`]: `/healthz` and `/readyz`.
+//! - [`scan`]: the clamd `INSTREAM` client and the scan metrics (the scanning phase runs in [`worker`]);
+//! - [`settings`]: the `[transcoder]` and `[scanner]` settings;
+//! - [`health`]: `/healthz`, `/readyz` and `/metrics`.
 
 // `Problem` (RFC 9457, ~150 bytes) is the error type on purpose; the paths are cold.
 #![allow(clippy::result_large_err)]
@@ -14,5 +15,6 @@
 pub mod child;
 pub mod health;
 pub mod media;
+pub mod scan;
 pub mod settings;
 pub mod worker;

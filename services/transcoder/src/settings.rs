@@ -1,4 +1,4 @@
-//! Settings of the transcoder: `[telemetry]`, `[amqp]`, `[s3]` and `[transcoder]`
+//! Settings of the transcoder: `[telemetry]`, `[amqp]`, `[s3]`, `[transcoder]` and `[scanner]`
 //! from `config/default.toml`, the profile file and `VID__…` variables.
 
 use std::net::SocketAddr;
@@ -21,6 +21,83 @@ pub struct Settings {
     pub s3: S3Settings,
     /// `[transcoder]`.
     pub transcoder: TranscoderSettings,
+    /// `[scanner]`: the malware scan before any decoding. Missing section: the
+    /// defaults, i.e. enabled (a file is never silently unscanned).
+    #[serde(default)]
+    pub scanner: ScannerSettings,
+}
+
+/// `[scanner]` (env: `VID__SCANNER__<KEY>`): clamd, reached with `INSTREAM`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct ScannerSettings {
+    /// Scan every source before it is probed. `false` (development only): the
+    /// scan is skipped and the operation shows `metadata.scan = "skipped"`.
+    pub enabled: bool,
+    /// clamd's address: `host:port` (its `TCPSocket`/`TCPAddr`) or
+    /// `unix:/path/clamd.sock` (its `LocalSocket`).
+    pub address: String,
+    /// clamd's `StreamMaxLength`, in bytes; keep both equal. Larger sources are
+    /// not scanned and fail with `file_too_large_to_scan` (fail closed).
+    pub stream_max_length_bytes: u64,
+    /// Bytes per `INSTREAM` chunk.
+    pub chunk_bytes: usize,
+    /// Connecting to clamd may take this long.
+    pub connect_timeout_seconds: f64,
+    /// Each chunk write may take this long.
+    pub io_timeout_seconds: f64,
+    /// After the last chunk, clamd has this long to answer.
+    pub scan_timeout_seconds: f64,
+    /// Retries after a failed attempt (clamd unreachable, timed out, errored);
+    /// once spent, the operation fails with `scan_unavailable`.
+    pub retry_attempts: u32,
+    /// Sleep before the first retry; doubles with each retry.
+    pub retry_backoff_seconds: f64,
+    /// Upper bound of that sleep.
+    pub retry_backoff_max_seconds: f64,
+    /// Infected sources are moved (copy, then delete) under
+    /// `<quarantine_prefix><tenant>/…`; nothing ever presigns a URL there.
+    /// Empty: they are deleted instead.
+    pub quarantine_prefix: String,
+}
+
+impl Default for ScannerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            address: "127.0.0.1:3310".into(),
+            stream_max_length_bytes: 200 * 1024 * 1024,
+            chunk_bytes: 256 * 1024,
+            connect_timeout_seconds: 5.0,
+            io_timeout_seconds: 30.0,
+            scan_timeout_seconds: 300.0,
+            retry_attempts: 5,
+            retry_backoff_seconds: 2.0,
+            retry_backoff_max_seconds: 30.0,
+            quarantine_prefix: "quarantine/".into(),
+        }
+    }
+}
+
+impl ScannerSettings {
+    /// The clamd client these settings describe.
+    pub fn client(&self) -> crate::scan::Client {
+        let secs = |s: f64| Duration::from_secs_f64(s.max(0.001));
+        crate::scan::Client {
+            address: crate::scan::Address::parse(&self.address),
+            connect_timeout: secs(self.connect_timeout_seconds),
+            io_timeout: secs(self.io_timeout_seconds),
+            reply_timeout: secs(self.scan_timeout_seconds),
+            chunk_bytes: self.chunk_bytes,
+            max_stream_bytes: self.stream_max_length_bytes,
+        }
+    }
+
+    /// The sleep before retry number `n` (0-based).
+    pub fn backoff(&self, n: u32) -> Duration {
+        let s = self.retry_backoff_seconds.max(0.0) * 2f64.powi(n.min(30) as i32);
+        Duration::from_secs_f64(s.min(self.retry_backoff_max_seconds.max(0.0)))
+    }
 }
 
 /// `[transcoder]` (env: `VID__TRANSCODER__<KEY>`).

@@ -7,16 +7,24 @@
 //! 1. Malformed JSON: logged and acked (a retry cannot help).
 //! 2. `Started`, then `Progress{phase, percent}` at most once a second
 //!    (plus a heartbeat every 30 s when nothing moves): downloading 0–10 %,
-//!    probing 10–12 %, transcoding 12–90 %, uploading 90–99 %; whole-job,
-//!    never decreasing, never above 99.
-//! 3. Exactly one terminal report, `Succeeded` or `Failed`, then the ack.
-//! 4. Transient failures (S3, broker, our own I/O): no report, a short sleep,
+//!    scanning 10–11 %, probing 11–12 %, transcoding 12–90 %, uploading
+//!    90–99 %; whole-job, never decreasing, never above 99.
+//! 3. Scanning, before the file reaches the libav child: the downloaded source
+//!    is streamed to clamd (`INSTREAM`, see [`crate::scan`]). Clean (or
+//!    scanning turned off): a `Scanned{outcome}` report, then on. Infected:
+//!    the object is moved to `<quarantine_prefix><tenant>/…` (copy, then
+//!    delete) and the job fails with `malware_detected`, no retries. Larger
+//!    than clamd's `StreamMaxLength`: fails with `file_too_large_to_scan`
+//!    (before downloading when the size is known). clamd unavailable: retried
+//!    with backoff inside the job, then `scan_unavailable`.
+//! 4. Exactly one terminal report, `Succeeded` or `Failed`, then the ack.
+//! 5. Transient failures (S3, broker, our own I/O): no report, a short sleep,
 //!    then `basic_nack(requeue)`; the quorum queue's delivery limit
 //!    dead-letters a job that keeps failing.
-//! 5. A `CancelTranscode` on the control fan-out for an operation held here:
+//! 6. A `CancelTranscode` on the control fan-out for an operation held here:
 //!    the child is killed, uploaded outputs deleted, the job acked, nothing
 //!    more published.
-//! 6. Shutdown: the consumer is cancelled, running jobs get
+//! 7. Shutdown: the consumer is cancelled, running jobs get
 //!    `shutdown_grace_seconds` to finish; the rest are killed and requeued.
 //!
 //! The local work directory `<work_dir>/<operation id>/` is removed when the
@@ -26,7 +34,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use aws_sdk_s3::error::DisplayErrorContext;
@@ -43,13 +51,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
-use vid_core::operation::Phase;
+use vid_core::operation::{Phase, ScanOutcome};
 use vid_core::video::{Poster, Rendition};
-use vid_core::OperationId;
+use vid_core::{OperationId, Problem};
 use vid_infra::amqp::{Publisher, Topology, RK_REPORT};
 
 use crate::child::{self, ChildMessage, ChildOutcome, Stop};
 use crate::media::{MediaJob, MediaOutcome};
+use crate::scan::{self, ScanError, Verdict, METRICS};
 use crate::settings::Settings;
 
 /// Objects larger than this are uploaded with S3 multipart upload.
@@ -271,8 +280,12 @@ impl Worker {
         }
         let progress = ProgressReporter::start(reports.clone());
         let mut uploaded: Vec<String> = Vec::new();
-        let res = self.steps(job, &work, &progress, &mut stop, &mut uploaded).await;
+        let res = self.steps(job, &work, &reports, &progress, &mut stop, &mut uploaded).await;
         progress.stop().await; // no progress report after this point
+        let res = match res {
+            Err(StepError::Report(kind)) => Ok(*kind),
+            other => other,
+        };
         match res {
             Ok(kind) => match reports.send(kind).await {
                 Ok(()) => JobEnd::Reported,
@@ -284,27 +297,38 @@ impl Worker {
             }
             Err(StepError::Stopped(Stop::Shutdown)) => JobEnd::Shutdown,
             Err(StepError::Transient(e)) => JobEnd::Transient(e),
+            Err(StepError::Report(_)) => unreachable!("mapped above"),
         }
         // `work` drops here: the directory is removed.
     }
 
-    /// Download → child (probe, transcode) → upload. `Ok` is the terminal report to send.
+    /// Download → scan → child (probe, transcode) → upload. `Ok` (or
+    /// `Err(StepError::Report)`) is the terminal report to send.
     async fn steps(
         &self,
         job: &TranscodeJob,
         work: &WorkDir,
+        reports: &Reports,
         progress: &ProgressReporter,
         stop: &mut watch::Receiver<Option<Stop>>,
         uploaded: &mut Vec<String>,
     ) -> Result<ReportKind, StepError> {
         let t = &self.settings.transcoder;
-        // 1. Download.
+        // 1. Download (unless it is too large to be scanned).
         progress.set(Phase::Downloading, 0.0);
+        let sc = &self.settings.scanner;
+        if sc.enabled && job.source_size_bytes > sc.stream_max_length_bytes {
+            return Err(too_large_to_scan(job.source_size_bytes, sc.stream_max_length_bytes, Instant::now()));
+        }
         let source_path = work.path.join("source");
         stoppable(stop, self.download(job, &source_path, progress)).await??;
 
-        // 2–3. Probe and transcode in the child.
-        progress.set(Phase::Probing, 10.0);
+        // 2. Scan: nothing below sees the file before a clean verdict.
+        let scanned = self.scan_source(job, &source_path, progress, stop).await?;
+        reports.send(ReportKind::Scanned { outcome: scanned }).await.map_err(StepError::Transient)?;
+
+        // 3–4. Probe and transcode in the child.
+        progress.set(Phase::Probing, 11.0);
         let media_job = MediaJob { input: source_path, out_dir: work.path.join("out"), limits: t.limits(), ladder: t.ladder.clone() };
         let spec = child::write_spec(&work.path, &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
         let limits = child::Limits {
@@ -329,7 +353,7 @@ impl Worker {
             ChildOutcome::Stopped(s) => return Err(StepError::Stopped(s)),
         };
 
-        // 4. Upload, tallest first, then the poster.
+        // 5. Upload, tallest first, then the poster.
         progress.set(Phase::Uploading, 90.0);
         let total: u64 = outcome.transcoded.renditions.iter().map(|r| r.size_bytes).sum::<u64>().max(1);
         let mut done = 0u64;
@@ -369,14 +393,25 @@ impl Worker {
 
     async fn download(&self, job: &TranscodeJob, to: &Path, progress: &ProgressReporter) -> Result<(), StepError> {
         let bucket = &self.settings.s3.bucket;
-        let resp = self
-            .s3
-            .get_object()
-            .bucket(bucket)
-            .key(&job.source_key)
-            .send()
-            .await
-            .map_err(|e| StepError::Transient(anyhow!("GET s3://{bucket}/{}: {}", job.source_key, DisplayErrorContext(e))))?;
+        let resp = match self.s3.get_object().bucket(bucket).key(&job.source_key).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                if e.as_service_error().is_some_and(|se| se.is_no_such_key()) {
+                    // A redelivery after the source was quarantined (e.g. the Failed report
+                    // could not be published): report the same outcome again.
+                    if let Some(signature) = self.quarantined(job).await {
+                        return Err(malware_detected(&signature));
+                    }
+                }
+                return Err(StepError::Transient(anyhow!("GET s3://{bucket}/{}: {}", job.source_key, DisplayErrorContext(e))));
+            }
+        };
+        let sc = &self.settings.scanner;
+        if let Some(len) = resp.content_length().filter(|n| *n > 0).map(|n| n as u64) {
+            if sc.enabled && len > sc.stream_max_length_bytes {
+                return Err(too_large_to_scan(len, sc.stream_max_length_bytes, Instant::now()));
+            }
+        }
         let total = resp.content_length().filter(|n| *n > 0).map(|n| n as u64).unwrap_or(job.source_size_bytes).max(1);
         let mut body = resp.body;
         let mut file = tokio::fs::File::create(to).await.map_err(|e| StepError::Transient(anyhow!(e).context("creating the source file")))?;
@@ -389,6 +424,130 @@ impl Worker {
         file.flush().await.map_err(|e| StepError::Transient(anyhow!(e)))?;
         tracing::info!(bytes = got, "source downloaded");
         Ok(())
+    }
+
+    /// The scanning phase: streams the downloaded source to clamd, retrying an
+    /// unavailable scanner with backoff. `Ok` = the file may be decoded; a
+    /// permanent outcome is `Err(StepError::Report(Failed{…}))`.
+    ///
+    /// It scans the local copy rather than a second S3 stream: one download,
+    /// the verdict is about exactly the bytes the decoder will read (no
+    /// window in which the object could change between scan and download),
+    /// and a retry after a scanner outage does not fetch the object again.
+    /// The file lives only in this job's private work dir, is never opened by
+    /// libav before a clean verdict, and is removed when the job ends.
+    async fn scan_source(
+        &self,
+        job: &TranscodeJob,
+        path: &Path,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+    ) -> Result<ScanOutcome, StepError> {
+        let sc = &self.settings.scanner;
+        if !sc.enabled {
+            METRICS.record(scan::Outcome::Skipped, Duration::ZERO);
+            tracing::warn!(scan_outcome = "skipped", "scanner.enabled = false: the source is NOT scanned for malware");
+            return Ok(ScanOutcome::Skipped);
+        }
+        progress.set(Phase::Scanning, 10.0);
+        let started = Instant::now();
+        let size = tokio::fs::metadata(path).await.map_err(|e| StepError::Transient(anyhow!(e).context("reading the source size")))?.len();
+        if size > sc.stream_max_length_bytes {
+            return Err(too_large_to_scan(size, sc.stream_max_length_bytes, started));
+        }
+        let client = sc.client();
+        let mut retries = 0u32;
+        loop {
+            let file = tokio::fs::File::open(path).await.map_err(|e| StepError::Transient(anyhow!(e).context("opening the source")))?;
+            let total = size.max(1) as f64;
+            let res = stoppable(stop, client.scan(file, |sent| progress.set(Phase::Scanning, 10.0 + sent as f64 / total))).await?;
+            let scan_ms = started.elapsed().as_millis() as u64;
+            match res {
+                Ok(Verdict::Clean) => {
+                    METRICS.record(scan::Outcome::Clean, started.elapsed());
+                    tracing::info!(scan_outcome = "clean", scan_ms, bytes = size, retries, "source scanned: clean");
+                    return Ok(ScanOutcome::Clean);
+                }
+                Ok(Verdict::Infected { signature }) => {
+                    METRICS.record(scan::Outcome::Infected, started.elapsed());
+                    tracing::warn!(scan_outcome = "infected", scan_ms, bytes = size, signature = %signature, "source infected: quarantining");
+                    self.quarantine(job, &signature, size).await.map_err(StepError::Transient)?;
+                    return Err(malware_detected(&signature));
+                }
+                Err(ScanError::TooLarge { by, .. }) => {
+                    if by == "clamd" {
+                        tracing::warn!(
+                            limit = sc.stream_max_length_bytes,
+                            "clamd refused a stream below scanner.stream_max_length_bytes: its StreamMaxLength is lower; align them"
+                        );
+                    }
+                    return Err(too_large_to_scan(size, sc.stream_max_length_bytes, started));
+                }
+                Err(ScanError::Source(e)) => return Err(StepError::Transient(anyhow!(e).context("reading the source for the scan"))),
+                Err(e @ ScanError::Unavailable { .. }) => {
+                    METRICS.attempt_failed();
+                    if retries >= sc.retry_attempts {
+                        METRICS.record(scan::Outcome::Unavailable, started.elapsed());
+                        tracing::error!(scan_outcome = "unavailable", scan_ms, retries, error = %e, "scanner unavailable: retry budget spent");
+                        let problem = Problem::new(503, "scan_unavailable", "Malware scanner unavailable").with_detail(format!(
+                            "the source could not be scanned ({} attempts); it was not processed. Try again later.",
+                            retries + 1
+                        ));
+                        return Err(StepError::Report(Box::new(ReportKind::Failed { error: problem, source: None })));
+                    }
+                    let wait = sc.backoff(retries);
+                    retries += 1;
+                    tracing::warn!(retry = retries, of = sc.retry_attempts, retry_in_ms = wait.as_millis() as u64, error = %e, "scanner unavailable; retrying");
+                    stoppable(stop, tokio::time::sleep(wait)).await?;
+                }
+            }
+        }
+    }
+
+    /// Moves an infected source out of reach: copy to the quarantine key
+    /// (with the signature as metadata), then delete the source. With an
+    /// empty `quarantine_prefix`, or above the CopyObject limit, only deletes.
+    async fn quarantine(&self, job: &TranscodeJob, signature: &str, size: u64) -> anyhow::Result<()> {
+        let bucket = &self.settings.s3.bucket;
+        let prefix = &self.settings.scanner.quarantine_prefix;
+        if !prefix.is_empty() && size <= COPY_OBJECT_MAX {
+            let dest = quarantine_key(prefix, job);
+            self.s3
+                .copy_object()
+                .bucket(bucket)
+                .copy_source(format!("{bucket}/{}", encode_key(&job.source_key)))
+                .key(&dest)
+                .metadata_directive(aws_sdk_s3::types::MetadataDirective::Replace)
+                .content_type("application/octet-stream")
+                .metadata("signature", signature)
+                .metadata("operation-id", job.operation_id.as_str())
+                .metadata("source-key", &job.source_key)
+                .send()
+                .await
+                .map_err(|e| anyhow!("CopyObject s3://{bucket}/{} → {dest}: {}", job.source_key, DisplayErrorContext(e)))?;
+            tracing::info!(to = %dest, "infected source copied to quarantine");
+        }
+        self.s3
+            .delete_object()
+            .bucket(bucket)
+            .key(&job.source_key)
+            .send()
+            .await
+            .map_err(|e| anyhow!("DELETE s3://{bucket}/{}: {}", job.source_key, DisplayErrorContext(e)))?;
+        tracing::info!(key = %job.source_key, "infected source removed from its upload key");
+        Ok(())
+    }
+
+    /// The signature recorded on this job's quarantined copy, if there is one.
+    async fn quarantined(&self, job: &TranscodeJob) -> Option<String> {
+        let prefix = &self.settings.scanner.quarantine_prefix;
+        if prefix.is_empty() {
+            return None;
+        }
+        let head = self.s3.head_object().bucket(&self.settings.s3.bucket).key(quarantine_key(prefix, job)).send().await.ok()?;
+        let meta = head.metadata()?;
+        (meta.get("operation-id").map(String::as_str) == Some(job.operation_id.as_str()))
+            .then(|| meta.get("signature").cloned().unwrap_or_else(|| "unknown".into()))
     }
 
     /// Uploads a local file: PutObject, or multipart above [`MULTIPART_THRESHOLD`].
@@ -476,6 +635,50 @@ pub async fn upload_file(s3: &aws_sdk_s3::Client, bucket: &str, path: &Path, key
 enum StepError {
     Stopped(Stop),
     Transient(anyhow::Error),
+    /// A permanent outcome found before the end (e.g. by the scan): the terminal report to send.
+    Report(Box<ReportKind>),
+}
+
+/// CopyObject copies at most 5 GiB (larger needs multipart copy); clamd's
+/// `StreamMaxLength` is below 4 GiB, so an infected source always fits.
+const COPY_OBJECT_MAX: u64 = 5 * 1024 * 1024 * 1024;
+
+/// `<prefix><tenant>/<source key without "tenants/<tenant>/">`, e.g.
+/// `quarantine/ten_…/uploads/upl_…/source`. Nothing in the api stores or
+/// presigns keys under the prefix, so no download URL can reach them.
+pub fn quarantine_key(prefix: &str, job: &TranscodeJob) -> String {
+    let own = format!("tenants/{}/", job.tenant_id);
+    let rest = job.source_key.strip_prefix(own.as_str()).unwrap_or(&job.source_key);
+    format!("{prefix}{}/{rest}", job.tenant_id)
+}
+
+/// Percent-encodes a key for `x-amz-copy-source` (keeps `/` and unreserved characters).
+fn encode_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn malware_detected(signature: &str) -> StepError {
+    let error = Problem::new(422, "malware_detected", "Malware detected").with_detail(format!("signature: {signature}"));
+    StepError::Report(Box::new(ReportKind::Failed { error, source: None }))
+}
+
+/// Fail closed: a source clamd would refuse (over its `StreamMaxLength`) is
+/// never processed unscanned.
+fn too_large_to_scan(size: u64, limit: u64, started: Instant) -> StepError {
+    METRICS.record(scan::Outcome::TooLarge, started.elapsed());
+    tracing::warn!(scan_outcome = "too_large", bytes = size, limit, "source larger than the scanner accepts: not processed");
+    let error = Problem::new(413, "file_too_large_to_scan", "File too large to scan").with_detail(format!(
+        "the source is {size} bytes; at most {limit} bytes can be scanned for malware, and unscanned files are not processed"
+    ));
+    StepError::Report(Box::new(ReportKind::Failed { error, source: None }))
 }
 
 /// Runs `fut` unless a stop arrives first.

@@ -7,7 +7,7 @@ use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
 use vid_core::event::{EventData, EventType, VideoEventData};
 use vid_core::messages::CancelTranscode;
-use vid_core::operation::{Operation, OperationMetadata, OperationResult, OperationStatus, Phase};
+use vid_core::operation::{Operation, OperationMetadata, OperationResult, OperationStatus, Phase, ScanOutcome};
 use vid_core::video::VideoStatus;
 use vid_core::{OperationId, Problem, TenantId, VideoId};
 use vid_db::schema::{operations, videos};
@@ -22,7 +22,9 @@ use crate::state::AppState;
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/operations", web::get().to(list_operations))
         .route("/operations/{id:[^/:]+}", web::get().to(get_operation))
-        .route("/operations/{id:[^/:]+}:cancel", web::post().to(cancel_operation));
+        .route("/operations/{id:[^/:]+}:cancel", web::post().to(cancel_operation))
+        .route("/operations/{id:[^/:]+}:wait", web::post().to(wait_operation))
+        .route("/operations/{id:[^/:]+}/events", web::get().to(operation_events));
 }
 
 /// `Location` of an operation.
@@ -45,6 +47,7 @@ pub struct OperationRow {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub heartbeat_at: Option<DateTime<Utc>>,
+    pub scan: Option<String>,
 }
 
 impl OperationRow {
@@ -61,6 +64,7 @@ impl OperationRow {
             metadata: OperationMetadata {
                 phase: self.phase.and_then(|p| serde_json::from_value::<Phase>(serde_json::Value::String(p)).ok()),
                 video_id: Some(self.video_id),
+                scan: self.scan.as_deref().and_then(ScanOutcome::parse),
             },
         }
     }
@@ -118,7 +122,8 @@ pub fn page<R, T>(mut rows: Vec<R>, limit: i64, id: impl Fn(&R) -> String, map: 
 /// Works on `pending` and `running` operations. In one transaction: the
 /// operation becomes `cancelled` (never overwritten afterwards), the video
 /// `cancelled` with a new version, the event `video.cancelled` is recorded, and
-/// a cancel message for every transcoder is queued. Errors: `operation_terminal` (409).
+/// a cancel message for every transcoder is queued. Errors: `operation_terminal` (409,
+/// with the current status in `detail` and in the `operation_status` extension).
 async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
     let current = load_operation(&state, &tenant, &id).await?;
@@ -126,7 +131,7 @@ async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web:
         return Err(ApiError::Conflict {
             code: "operation_terminal",
             detail: format!("operation {id} is already {}", current.status.as_str()),
-            extensions: vec![("status", current.status.as_str().into())],
+            extensions: vec![("operation_status", current.status.as_str().into())],
         });
     }
     let topology = state.topology.clone();
@@ -149,6 +154,7 @@ async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web:
                 .await
                 .optional()?;
                 let Some(video_id) = video_id else { return Ok(false) };
+                crate::watch::record_change(conn, &id).await?;
                 let version = bump_video(conn, &video_id, VideoStatus::Cancelled).await?;
                 crate::outbox::record_event(
                     conn,
@@ -178,7 +184,7 @@ async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web:
         return Err(ApiError::Conflict {
             code: "operation_terminal",
             detail: format!("operation {} is already {}", op.id, op.status.as_str()),
-            extensions: vec![("status", op.status.as_str().into())],
+            extensions: vec![("operation_status", op.status.as_str().into())],
         });
     }
     Ok(HttpResponse::Ok().json(op))
@@ -195,4 +201,158 @@ pub async fn bump_video(
         .returning(videos::version)
         .get_result(conn)
         .await
+}
+
+/// The `429 too_many_watchers` answer, with `Retry-After`.
+fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> HttpResponse {
+    let problem = Problem::new(429, "too_many_watchers", "Too many watchers").with_detail(format!(
+        "this API key's tenant already has {} open waits and event streams; close one or retry later",
+        busy.max
+    ));
+    let mut resp = crate::error::problem_response(problem);
+    resp.headers_mut().insert(
+        actix_web::http::header::RETRY_AFTER,
+        actix_web::http::header::HeaderValue::from_static(WATCH_RETRY_AFTER_SECONDS),
+    );
+    resp
+}
+
+/// `Retry-After` of `429 too_many_watchers`, in seconds.
+const WATCH_RETRY_AFTER_SECONDS: &str = "5";
+
+/// Subscribes (taking a tenant slot), then reads the operation, so no change
+/// can fall between the two; `Err(response)` is the 429 to send.
+async fn watch_operation(
+    state: &AppState,
+    tenant: &Tenant,
+    id: &OperationId,
+) -> ApiResult<Result<(crate::watch::Watch, crate::watch::Snapshot), HttpResponse>> {
+    let watch = match state.watchers.subscribe(&tenant.id, id) {
+        Ok(watch) => watch,
+        Err(busy) => return Ok(Err(too_many_watchers(busy))),
+    };
+    let current = crate::watch::load(&state.db, id, Some(&tenant.id)).await?.ok_or(ApiError::NotFound("operation"))?;
+    state.watchers.publish(id, current.clone());
+    Ok(Ok((watch, current)))
+}
+
+/// `POST /operations/{id}:wait` with an optional body `{"timeout_seconds": 30, "revision": 7}`
+/// ([`vid_core::operation::WaitOperation`]): answers `200` with
+/// `{"operation": {...}, "reason": "changed"|"timeout"|"terminal", "revision": n}`
+/// ([`vid_core::operation::WaitResponse`]):
+/// - `changed` as soon as the operation's status, progress or phase changes after
+///   the call arrived (or its revision is already above the `revision` given);
+/// - `terminal` at once if it was already terminal;
+/// - `timeout` after `timeout_seconds` (default 30, at most 60) without a change.
+///
+/// Holds one of the tenant's `operations.max_watchers_per_tenant` slots while
+/// waiting; past the bound: `429 too_many_watchers` with `Retry-After`.
+async fn wait_operation(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    body: web::Bytes,
+) -> ApiResult<HttpResponse> {
+    use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
+    let id: OperationId = parse_id(&path)?;
+    let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
+        WaitOperation::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?
+    };
+    let timeout = std::time::Duration::from_secs(request.timeout_seconds.unwrap_or(30).min(60));
+    let (mut watch, current) = match watch_operation(&state, &tenant, &id).await? {
+        Ok(watching) => watching,
+        Err(too_many) => return Ok(too_many),
+    };
+    let answer = |snapshot: crate::watch::Snapshot, reason| {
+        HttpResponse::Ok().json(WaitResponse { operation: (*snapshot.operation).clone(), reason, revision: snapshot.revision })
+    };
+    let baseline = request.revision.unwrap_or(current.revision);
+    if current.revision > baseline {
+        return Ok(answer(current, WaitReason::Changed));
+    }
+    if current.operation.status.is_terminal() {
+        return Ok(answer(current, WaitReason::Terminal));
+    }
+    Ok(match tokio::time::timeout(timeout, watch.newer_than(baseline)).await {
+        Ok(changed) => answer(changed, WaitReason::Changed),
+        Err(_) => {
+            let latest = watch.latest().filter(|s| s.revision >= current.revision).unwrap_or(current);
+            answer(latest, WaitReason::Timeout)
+        }
+    })
+}
+
+/// Interval of `: keep-alive` comments on event streams.
+pub const EVENTS_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// One Server-Sent Event carrying an operation.
+fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
+    let json = serde_json::to_string(&*snapshot.operation).expect("operations serialise");
+    web::Bytes::from(format!("id: {}\ndata: {json}\n\n", snapshot.revision))
+}
+
+/// `GET /operations/{id}/events`: a `text/event-stream` of the operation.
+///
+/// - First an event with the operation as it is, then one event per change
+///   (status, progress, phase), each `data:` being the operation JSON and `id:`
+///   its revision (a per-operation number that grows with every change). Events
+///   have no `event:` name, so browsers deliver them to `EventSource.onmessage`.
+/// - Changes closer together than the stream can deliver may be coalesced:
+///   the stream always ends up at the newest state and never goes back.
+/// - `: keep-alive` comments every 15 s.
+/// - After the event with a terminal status, the stream ends.
+/// - With `Last-Event-ID: n` (a reconnect), the first event is skipped if the
+///   operation is still at revision `n`; otherwise the current state is sent.
+///   A reconnect after the terminal event is answered `204 No Content`, which
+///   makes browsers stop reconnecting.
+///
+/// Holds one of the tenant's watcher slots until the client disconnects;
+/// past the bound: `429 too_many_watchers` with `Retry-After`.
+async fn operation_events(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    req: actix_web::HttpRequest,
+) -> ApiResult<HttpResponse> {
+    let id: OperationId = parse_id(&path)?;
+    let last_seen: Option<i64> =
+        req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let (watch, current) = match watch_operation(&state, &tenant, &id).await? {
+        Ok(watching) => watching,
+        Err(too_many) => return Ok(too_many),
+    };
+    let up_to_date = last_seen == Some(current.revision);
+    if up_to_date && current.operation.status.is_terminal() {
+        return Ok(HttpResponse::NoContent().finish());
+    }
+    struct Stream {
+        watch: crate::watch::Watch,
+        first: Option<crate::watch::Snapshot>,
+        sent: i64,
+        done: bool,
+    }
+    let start = Stream { first: (!up_to_date).then(|| current.clone()), sent: current.revision, watch, done: false };
+    let head = futures::stream::once(async { Ok::<_, actix_web::Error>(web::Bytes::from_static(b"retry: 3000\n\n")) });
+    let events = futures::stream::unfold(start, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let next = match st.first.take() {
+            Some(first) => first,
+            None => match tokio::time::timeout(EVENTS_KEEP_ALIVE, st.watch.newer_than(st.sent)).await {
+                Ok(next) => next,
+                Err(_) => return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), st)),
+            },
+        };
+        st.sent = next.revision;
+        st.done = next.operation.status.is_terminal();
+        Some((Ok::<_, actix_web::Error>(sse_event(&next)), st))
+    });
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((actix_web::http::header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(futures::StreamExt::chain(head, events)))
 }
