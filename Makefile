@@ -6,7 +6,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VIDEO ?=
 
-.PHONY: help infra build up down status demo test test-unit test-e2e bench fmt lint clean-test-dbs
+.PHONY: help infra build up down status demo test bench fuzz fmt lint clean-test-dbs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ test: build ## every test (unit, integration, end-to-end) against the real stack
 
 bench: build ## benchmarks, each reported as a ratio to a baseline measured in the same run
 	scripts/bench.sh
+
+fuzz: build ## schemathesis against the served OpenAPI document, 200 examples per operation
+	FUZZ_EXAMPLES=200 scripts/fuzz-api.sh
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -17,11 +17,21 @@ drop_test_dbs() {
     done
 }
 drop_test_dbs
+
+# Every test declares its queues under a unique prefix (t<ulid>., receivertest.<ulid>).
+# A policy lets RabbitMQ delete them once unused for 5 minutes, so runs never pile
+# up hundreds of quorum queues; leftovers of earlier runs are deleted now.
+rabbitmqctl -q set_policy --apply-to queues vid-test-queues-expire \
+    '^(t[0-9a-z]{26}|receivertest)\.' '{"expires":300000}' >/dev/null
+timeout 120 rabbitmqctl -q list_queues name 2>/dev/null | grep -E '^(t[0-9a-z]{26}|receivertest)\.' |
+    while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" >/dev/null 2>&1 || true; done || true
 [ "${1:-}" = "--clean-only" ] && exit 0
 
 VID_PROFILE=test target/debug/api storage-setup >/dev/null
 rm -rf .local/test-logs
 
 scripts/validate-deploy.sh
+# The api against its own OpenAPI document (schemathesis, bounded; `make fuzz` runs more).
+scripts/fuzz-api.sh
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
 cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"

@@ -306,7 +306,8 @@ impl<'a> Uploader<'a> {
                 Ok(resp) => {
                     let status = resp.status().as_u16();
                     let text = resp.text().await.unwrap_or_default();
-                    if url_refused(status, &text) && resigns < self.max_resigns {
+                    let expired = part.expires_at <= chrono::Utc::now() && matches!(status, 400 | 403);
+                    if (expired || url_refused(status, &text)) && resigns < self.max_resigns {
                         resigns += 1;
                         self.progress.retry(n, &format!("storage refused the URL (HTTP {status}: {}); re-signing", s3_code(&text)));
                         match self.resign(id, n).await {
@@ -319,11 +320,26 @@ impl<'a> Uploader<'a> {
                         }
                     } else {
                         attempts += 1;
-                        let fatal = url_refused(status, &text) || (status == 404 && text.contains("NoSuchUpload"));
+                        let fatal = expired || url_refused(status, &text) || (status == 404 && text.contains("NoSuchUpload"));
                         if fatal || attempts >= self.max_attempts {
                             return Err(ClientError::Storage { part_number: n, status, body: text.chars().take(300).collect() });
                         }
                         format!("storage answered HTTP {status} {}", s3_code(&text))
+                    }
+                }
+                // Storage may answer an expired URL before reading the body and
+                // close the connection (Garage does): the client then sees a
+                // send error, not the status. An expired URL is re-signed.
+                Err(e) if part.expires_at <= chrono::Utc::now() && resigns < self.max_resigns => {
+                    resigns += 1;
+                    self.progress.retry(n, &format!("storage refused the expired URL ({}); re-signing", chain(&e)));
+                    match self.resign(id, n).await {
+                        Ok(p) => {
+                            part = p;
+                            continue;
+                        }
+                        Err(e) if transient(&e) => format!("re-signing failed: {e}"),
+                        Err(e) => return Err(e),
                     }
                 }
                 Err(e) => {
@@ -331,7 +347,7 @@ impl<'a> Uploader<'a> {
                     if attempts >= self.max_attempts {
                         return Err(e.into());
                     }
-                    format!("network error: {e}")
+                    format!("network error: {}", chain(&e))
                 }
             };
             self.progress.retry(n, &format!("{failure}; retrying in {delay:?}"));
@@ -358,10 +374,11 @@ fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
 /// Whether storage refused the presigned URL itself (expired, or its
 /// signature is no longer accepted), as opposed to failing the request.
 /// AWS answers 403 (`AccessDenied` "Request has expired", or
-/// `SignatureDoesNotMatch`); Garage answers 400 or 403 with "expired" in the message.
+/// `SignatureDoesNotMatch`); Garage answers 400 `InvalidRequest` "Date is too
+/// old" (or closes the connection before reading the body).
 pub fn url_refused(status: u16, body: &str) -> bool {
     let b = body.to_ascii_lowercase();
-    let says = b.contains("expired") || b.contains("accessdenied") || b.contains("signaturedoesnotmatch") || b.contains("invalidaccesskeyid");
+    let says = b.contains("expired") || b.contains("too old") || b.contains("accessdenied") || b.contains("signaturedoesnotmatch") || b.contains("invalidaccesskeyid");
     match status {
         403 => true,
         400 => says || b.contains("authorizationqueryparameterserror"),
@@ -378,6 +395,18 @@ fn s3_code(body: &str) -> String {
         (Some(c), None) => c.to_owned(),
         _ => body.chars().take(120).collect(),
     }
+}
+
+/// An error with its causes, without the (long, presigned) URL.
+fn chain(e: &reqwest::Error) -> String {
+    let mut out = e.to_string().split(" for url (").next().unwrap_or_default().to_owned();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
 }
 
 /// Errors worth repeating the same call for.
@@ -430,6 +459,8 @@ mod tests {
         assert!(url_refused(403, "<Error><Code>SignatureDoesNotMatch</Code></Error>"));
         assert!(url_refused(400, "<Error><Code>InvalidRequest</Code><Message>Bad request: Date is too old or expired</Message></Error>"));
         assert!(url_refused(400, "<Error><Code>AccessDenied</Code></Error>"));
+        let garage = "<Error><Code>InvalidRequest</Code><Message>Bad request: Date is too old</Message></Error>";
+        assert!(url_refused(400, garage));
         assert!(!url_refused(400, "<Error><Code>InvalidPart</Code><Message>bad digest</Message></Error>"));
         assert!(!url_refused(500, aws_expired));
         assert_eq!(s3_code(aws_expired), "AccessDenied: Request has expired");

@@ -8,6 +8,7 @@ use crate::EndpointId;
 
 /// How deliveries to an endpoint are signed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum SignatureFormat {
     /// `Webhook-Id` + `Webhook-Signature: t=<unix s>,v1=<hex HMAC-SHA256 of "t.body">`.
@@ -38,9 +39,11 @@ impl SignatureFormat {
 
 /// `POST /webhook-endpoints` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateEndpoint {
     /// Where to POST events. Must pass the SSRF policy (no private addresses unless allow-listed).
+    #[cfg_attr(feature = "openapi", schema(example = "https://hooks.example.com/video"))]
     pub url: String,
     /// Free text for the customer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +58,7 @@ pub struct CreateEndpoint {
 
 /// Whether deliveries are attempted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum EndpointStatus {
     /// Deliveries are attempted.
@@ -65,6 +69,7 @@ pub enum EndpointStatus {
 
 /// A webhook endpoint as the API shows it (never with its secret, except once at creation).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Endpoint {
     /// `ep_…`
     pub id: EndpointId,
@@ -90,6 +95,7 @@ pub struct Endpoint {
 /// secret, shown this once. The secret is `whsec_` + base64 of ≥ 24 random
 /// bytes; the HMAC key is the decoded bytes (Standard Webhooks convention).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedEndpoint {
     /// The endpoint.
     #[serde(flatten)]

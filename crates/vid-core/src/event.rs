@@ -12,6 +12,7 @@ use crate::{EndpointId, EventId, OperationId, VideoId};
 
 /// The kinds of event we send. The wire name is the dotted form, e.g. `video.ready`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EventType {
     /// A worker started the transcode.
     #[serde(rename = "video.processing")]
@@ -59,6 +60,7 @@ impl EventType {
 
 /// `data` of a `video.*` event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VideoEventData {
     /// The video that changed.
     pub video_id: VideoId,
@@ -70,6 +72,7 @@ pub struct VideoEventData {
 
 /// `data` of a `webhook_endpoint.disabled` event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndpointEventData {
     /// The endpoint that was disabled.
     pub endpoint_id: EndpointId,
@@ -79,6 +82,7 @@ pub struct EndpointEventData {
 
 /// The `data` member; its shape depends on the event type.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum EventData {
     /// For `video.*`.
@@ -90,6 +94,7 @@ pub enum EventData {
 /// An event as sent in a webhook body and served by `GET /events/{id}`:
 /// `{"id":"evt_…","type":"video.ready","created":1792055521,"data":{…}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     /// `evt_…`; also the `Webhook-Id` header. Stable across retries.
     pub id: EventId,

@@ -94,6 +94,33 @@ macro_rules! prefixed_id {
             }
         }
 
+        /// A string `<prefix><26 Crockford base32 characters>` (the ULID's first
+        /// character is 0–7; upper case is accepted and answered in lower case).
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .description(Some(concat!(
+                        "An id: `", $prefix, "` followed by a 26-character lower-case ULID ",
+                        "(Crockford base32; ids sort by creation time)."
+                    )))
+                    .pattern(Some(concat!("^", $prefix, "[0-7][0-9a-hjkmnp-tv-zA-HJKMNP-TV-Z]{25}$")))
+                    .min_length(Some($prefix.len() + 26))
+                    .max_length(Some($prefix.len() + 26))
+                    .examples([serde_json::Value::String(concat!($prefix, "01jd8x4m3v0k2q6s7t9w1y5zab").to_owned())])
+                    .build()
+                    .into()
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+        }
+
         #[cfg(feature = "diesel")]
         impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg> for $name {
             fn to_sql<'b>(&'b self, out: &mut diesel::serialize::Output<'b, '_, diesel::pg::Pg>) -> diesel::serialize::Result {

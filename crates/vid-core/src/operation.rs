@@ -8,6 +8,7 @@ use crate::{OperationId, Problem, VideoId};
 
 /// Where an operation is in its life. `succeeded`, `failed` and `cancelled` are terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationStatus {
     /// Accepted, waiting for a worker.
@@ -54,6 +55,7 @@ impl OperationStatus {
 
 /// The step a running transcode is in, shown as `metadata.phase`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Queued, no worker yet.
@@ -74,6 +76,7 @@ pub enum Phase {
 
 /// Extra, non-contractual facts about a running operation.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationMetadata {
     /// The current phase, once a worker has started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,6 +91,7 @@ pub struct OperationMetadata {
 
 /// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ScanOutcome {
     /// The scanner found nothing.
@@ -118,6 +122,7 @@ impl ScanOutcome {
 
 /// What a succeeded transcode produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OperationResult {
     /// The video that was produced.
     pub video_id: VideoId,
@@ -129,6 +134,7 @@ pub struct OperationResult {
 
 /// A short reference to one rendition inside an operation's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RenditionRef {
     /// Rendition name, e.g. `720p`.
     pub name: String,
@@ -146,6 +152,7 @@ pub struct RenditionRef {
 /// 99 until `status` is terminal. `result` is set only on success, `error` only
 /// on failure or cancel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Operation {
     /// `op_…`
     pub id: OperationId,
@@ -169,6 +176,7 @@ pub struct Operation {
 /// Body of `POST /operations/{id}:wait` (the body is optional; `{}` and no
 /// body mean "the defaults").
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitOperation {
     /// How long to wait at most, in seconds: default 30, values above 60 are
@@ -185,6 +193,7 @@ pub struct WaitOperation {
 
 /// Why `POST /operations/{id}:wait` answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WaitReason {
     /// The operation changed (status, progress or phase) since the call
@@ -200,6 +209,7 @@ pub enum WaitReason {
 /// Answer of `POST /operations/{id}:wait`:
 /// `{"operation": {...}, "reason": "changed"|"timeout"|"terminal", "revision": 7}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaitResponse {
     /// The operation as it is now.
     pub operation: Operation,

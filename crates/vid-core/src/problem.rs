@@ -14,6 +14,7 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// An RFC 9457 problem-details object with our `code` extension.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
     /// A URI reference naming the problem type (RFC 9457 §3.1.1). Ours are
     /// relative: `/problems/<code>`.

@@ -13,19 +13,24 @@ use crate::{OperationId, UploadId, VideoId};
 
 /// `POST /uploads` request body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateUpload {
     /// Total size of the file in bytes; 1 to the configured maximum (default 20 GiB).
+    #[cfg_attr(feature = "openapi", schema(example = 10485760))]
     pub size_bytes: u64,
     /// Media type of the file, on the configured allow-list (e.g. `video/mp4`).
+    #[cfg_attr(feature = "openapi", schema(example = "video/mp4"))]
     pub content_type: String,
     /// The client's file name, kept for display only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "clip.mp4"))]
     pub filename: Option<String>,
 }
 
 /// Where an upload is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum UploadStatus {
     /// Parts may be PUT.
@@ -67,6 +72,7 @@ impl UploadStatus {
 
 /// One part to PUT: bytes `offset..offset+length` of the file, to `url`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartUrl {
     /// 1-based S3 part number.
     pub part_number: u32,
@@ -82,6 +88,7 @@ pub struct PartUrl {
 
 /// `201` answer to `POST /uploads`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedUpload {
     /// `upl_…`
     pub id: UploadId,
@@ -99,6 +106,7 @@ pub struct CreatedUpload {
 
 /// A part storage already holds (S3 ListParts).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredPart {
     /// 1-based part number.
     pub part_number: u32,
@@ -110,6 +118,7 @@ pub struct StoredPart {
 
 /// `GET /uploads/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UploadState {
     /// `upl_…`
     pub id: UploadId,
@@ -139,6 +148,7 @@ pub struct UploadState {
 
 /// A part the client names in `complete`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompletedPart {
     /// 1-based part number.
@@ -149,6 +159,7 @@ pub struct CompletedPart {
 
 /// Optional `POST /uploads/{id}/complete` body. Without it the server lists the parts itself.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteUpload {
     /// Parts in any order.
@@ -158,6 +169,7 @@ pub struct CompleteUpload {
 
 /// `POST /uploads/{id}/parts:sign` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignParts {
     /// The 1-based part numbers to sign again.
@@ -166,6 +178,7 @@ pub struct SignParts {
 
 /// `POST /uploads/{id}/parts:sign` answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignedParts {
     /// Fresh URLs for just the requested parts.
     pub parts: Vec<PartUrl>,

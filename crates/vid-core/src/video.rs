@@ -7,6 +7,7 @@ use crate::{OperationId, VideoId};
 
 /// A video's life: `processing` until its operation is terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum VideoStatus {
     /// The source is uploaded; the transcode has not finished.
@@ -44,6 +45,7 @@ impl VideoStatus {
 
 /// What the probe read from the source before any encoding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SourceMetadata {
     /// Container format as named by libavformat, e.g. `mov,mp4,m4a,3gp,3g2,mj2`.
     pub container: String,
@@ -67,6 +69,7 @@ pub struct SourceMetadata {
 
 /// One encoded output of the ladder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rendition {
     /// Ladder rung name, e.g. `720p`.
     pub name: String,
@@ -92,6 +95,7 @@ pub struct Rendition {
 
 /// The poster image (JPEG) taken from the first seconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Poster {
     /// Width in pixels.
     pub width: u32,
@@ -109,6 +113,7 @@ pub struct Poster {
 /// `version` starts at 1 and increases by one on every change; events carry it
 /// so receivers can drop late, older events.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Video {
     /// `vid_…`
     pub id: VideoId,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod idempotency;
 pub mod janitor;
 pub mod lifecycle;
+pub mod openapi;
 pub mod outbox;
 pub mod routes;
 pub mod settings;
@@ -118,6 +119,7 @@ impl Application {
                     InternalError::from_response(err, problem_response(problem)).into()
                 }))
                 .configure(routes::configure)
+                .configure(openapi::configure)
                 .default_service(web::to(|| async {
                     problem_response(Problem::new(404, "not_found", "Not found").with_detail("no such route"))
                 }))

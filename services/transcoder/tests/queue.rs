@@ -26,7 +26,7 @@ use vid_core::{OperationId, TenantId, VideoId};
 use vid_infra::amqp::{Publisher, Topology, RK_JOB};
 use vid_infra::settings::{AmqpSettings, LogFormat, S3Settings, TelemetrySettings};
 use vid_infra::SecretString;
-use vid_transcoder::settings::{Settings, TranscoderSettings};
+use vid_transcoder::settings::{ScannerSettings, Settings, TranscoderSettings};
 use vid_transcoder::worker::Worker;
 
 fn stack_env() -> HashMap<String, String> {
@@ -71,6 +71,10 @@ fn settings(env: &HashMap<String, String>, prefix: &str, work_dir: &Path) -> Set
             ladder: vec![1080, 720, 480, 360],
             shutdown_grace_seconds: 1,
             retry_backoff_seconds: 0.2,
+        },
+        scanner: ScannerSettings {
+            address: env.get("VID__SCANNER__ADDRESS").cloned().unwrap_or_else(|| "127.0.0.1:3310".into()),
+            ..ScannerSettings::default()
         },
     }
 }
@@ -148,7 +152,7 @@ fn is_terminal(r: &TranscodeReport) -> bool {
 /// Started first; progress phases in order, percent non-decreasing ≤ 99, ≤ 1 per second; one terminal, last.
 fn check_sequence(reports: &[TranscodeReport]) {
     assert!(matches!(reports.first().map(|r| &r.kind), Some(ReportKind::Started)), "{reports:#?}");
-    let order = |p: Phase| [Phase::Downloading, Phase::Probing, Phase::Transcoding, Phase::Uploading].iter().position(|x| *x == p).unwrap();
+    let order = |p: Phase| [Phase::Downloading, Phase::Scanning, Phase::Probing, Phase::Transcoding, Phase::Uploading].iter().position(|x| *x == p).unwrap();
     let mut last: Option<(usize, u8, chrono::DateTime<chrono::Utc>)> = None;
     for r in reports {
         if let ReportKind::Progress { phase, percent } = r.kind {

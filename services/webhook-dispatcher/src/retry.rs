@@ -141,7 +141,6 @@ mod tests {
     /// Issue 5: retries continue for at least 24 h and at most 48 h. Checks
     /// the schedule in `config/default.toml` with its ±20 % jitter.
     #[test]
-    #[ignore = "config/default.toml's schedule totals 51.7 h nominal (41.4–62.0 h with jitter); re-enable once it is shortened"]
     fn retry_window_of_the_production_schedule() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../config");
         let settings: crate::Settings = vid_infra::settings::load_from(dir, "production").unwrap();

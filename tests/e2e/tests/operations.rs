@@ -575,3 +575,97 @@ async fn a_transcoder_killed_mid_job_does_not_lose_it() {
     assert_eq!(types, vec![EventType::VideoProcessing, EventType::VideoReady], "exactly one processing/ready pair: {events:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---------------------------------------------------------------------------
+// Benchmark (not a check): overhead of the pipeline around the transcode.
+// Runs only with VID_BENCH_PIPELINE=<uploads>; scripts/bench-pipeline.sh runs it
+// against release binaries. Asserts nothing about time.
+// ---------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pipeline_overhead() {
+    let Ok(n) = std::env::var("VID_BENCH_PIPELINE") else {
+        eprintln!("pipeline_overhead: skipped (set VID_BENCH_PIPELINE=<uploads>, or run scripts/bench-pipeline.sh)");
+        return;
+    };
+    let n: usize = n.parse().unwrap_or(10).max(1);
+    let dir = temp_dir();
+    let source = dir.join("small.mp4");
+    make_video(&source, 320, 240, 1.0, "300k");
+    // JSON logs with the transcoder's debug line written just before each report is published.
+    let stack = Stack::start(&[("VID__TELEMETRY__FORMAT", "json"), ("RUST_LOG", "warn,vid_transcoder::worker=debug")]).await;
+    stack.wait_transcoder_ready(Duration::from_secs(120)).await;
+    let client = stack.client();
+    let receiver = Receiver::start(200).await;
+    client
+        .create_endpoint(&CreateEndpoint { url: receiver.url(), description: None, event_types: Some(vec![EventType::VideoReady]), signature_format: None })
+        .await
+        .expect("endpoint registers");
+
+    // One at a time, so nothing waits in a queue behind another upload.
+    let mut runs: Vec<(String, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> = Vec::new();
+    for i in 0..n {
+        let op = upload(&client, &source, None).await.expect("upload");
+        let accepted_at = chrono::Utc::now(); // the 202 of `complete` just arrived
+        let id = op.id.to_string();
+        let deadline = Instant::now() + TERMINAL_TIMEOUT;
+        let hook_at = loop {
+            let hit = receiver.received.lock().unwrap().iter().any(|r| {
+                serde_json::from_slice::<serde_json::Value>(&r.body).map(|b| b["data"]["operation_id"] == id.as_str()).unwrap_or(false)
+            });
+            if hit {
+                break chrono::Utc::now();
+            }
+            assert!(Instant::now() < deadline, "no video.ready webhook for {id}; logs in {}", stack.log_dir().display());
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        };
+        eprintln!("upload {}/{n}: {id}", i + 1);
+        runs.push((id, accepted_at, hook_at));
+    }
+
+    // The transcoder's report log lines: (operation, kind) → timestamp.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = std::fs::read_to_string(stack.log_dir().join("transcoder.log")).unwrap();
+    let mut reports: std::collections::HashMap<(String, &'static str), chrono::DateTime<chrono::Utc>> = Default::default();
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if v["message"] != "report" {
+            continue;
+        }
+        let kind = v["kind"].as_str().unwrap_or("");
+        let kind: &'static str = if kind.starts_with("Started") {
+            "started"
+        } else if kind.starts_with("Succeeded") {
+            "succeeded"
+        } else {
+            continue;
+        };
+        let op = v["span"]["operation_id"].as_str().or_else(|| v["spans"][0]["operation_id"].as_str()).unwrap_or("").to_owned();
+        let Some(ts) = v["timestamp"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else { continue };
+        reports.entry((op, kind)).or_insert(ts.with_timezone(&chrono::Utc));
+    }
+    let ms = |d: chrono::TimeDelta| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let (mut after_succeeded, mut to_started) = (Vec::new(), Vec::new());
+    for (id, accepted_at, hook_at) in &runs {
+        let (Some(started), Some(succeeded)) = (reports.get(&(id.clone(), "started")), reports.get(&(id.clone(), "succeeded"))) else {
+            panic!("no Started/Succeeded report lines for {id} in {}", stack.log_dir().join("transcoder.log").display());
+        };
+        after_succeeded.push(ms(*hook_at - *succeeded));
+        to_started.push(ms(*started - *accepted_at));
+        eprintln!(
+            "{id}: 202→Started {:>8.1} ms   Started→Succeeded {:>8.1} ms   Succeeded→webhook {:>8.1} ms",
+            ms(*started - *accepted_at),
+            ms(*succeeded - *started),
+            ms(*hook_at - *succeeded)
+        );
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let m = v.len() / 2;
+        if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    };
+    println!("pipeline overhead over {n} uploads (binaries in {}):", vid_e2e::bin_dir().display());
+    println!("  median webhook received − Succeeded emitted: {:.1} ms   (goal < 300 ms)", median(&mut after_succeeded));
+    println!("  median transcoder Started − 202 of complete: {:.1} ms", median(&mut to_started));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -55,6 +55,7 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
 
 /// `200` answer to `:rotate-secret`.
 #[derive(Debug, Serialize)]
+#[derive(utoipa::ToSchema)]
 pub struct RotatedSecret {
     /// The endpoint.
     pub id: EndpointId,
@@ -70,6 +71,19 @@ pub struct RotatedSecret {
 /// `webhooks.secret_rotation_overlap_seconds` (default 24 h): meanwhile every
 /// delivery is signed with both (`t=…,v1=<new>,v1=<old>`). Rotating again
 /// during an overlap drops the oldest secret.
+#[utoipa::path(
+    post,
+    path = "/webhook-endpoints/{id}:rotate-secret",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
+    responses(
+        (status = 200, description = "The new secret, shown this once.", body = RotatedSecret),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;
@@ -100,6 +114,19 @@ async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
 /// Clears the disabled state and the failure counters, and makes every
 /// `paused` delivery `pending` and due now, so the backlog kept while the
 /// endpoint was disabled is delivered. Enabling an enabled endpoint is a no-op.
+#[utoipa::path(
+    post,
+    path = "/webhook-endpoints/{id}:enable",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
+    responses(
+        (status = 200, description = "The enabled endpoint.", body = vid_core::endpoint::Endpoint),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn enable_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;
@@ -183,6 +210,7 @@ struct AttemptRow {
 
 /// One HTTP try, as the delivery log shows it.
 #[derive(Debug, Serialize)]
+#[derive(utoipa::ToSchema)]
 pub struct AttemptView {
     /// 1-based.
     pub attempt_number: i32,
@@ -204,6 +232,7 @@ pub struct AttemptView {
 
 /// One event to one endpoint, with its attempts.
 #[derive(Debug, Serialize)]
+#[derive(utoipa::ToSchema)]
 pub struct DeliveryView {
     /// `dlv_…`
     pub id: DeliveryId,
@@ -270,6 +299,20 @@ async fn attempts_of(conn: &mut vid_db::PooledConn, ids: &[String]) -> ApiResult
 /// `GET /webhook-endpoints/{id}/deliveries?status=&event_type=&limit=&cursor=`:
 /// newest first, each with its attempts. Errors: `invalid_status`,
 /// `invalid_event_type`, `invalid_cursor` (400).
+#[utoipa::path(
+    get,
+    path = "/webhook-endpoints/{id}/deliveries",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint."), ("status" = Option<String>, Query, description = "`pending`, `succeeded`, `failed` or `paused`."), ("event_type" = Option<EventType>, Query, description = "Only deliveries of this event type."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<DeliveryId>, Query, description = "The `next_cursor` of the previous page.")),
+    responses(
+        (status = 200, description = "A page of deliveries, newest first, each with its attempts.", body = crate::routes::Page<DeliveryView>),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn list_deliveries(
     state: web::Data<AppState>,
     tenant: Tenant,
@@ -316,6 +359,20 @@ async fn list_deliveries(
 /// delivery gets exactly one more attempt (no retry schedule after it); a
 /// `pending` one is simply brought forward. Errors: `endpoint_disabled`
 /// (409: enable the endpoint first).
+#[utoipa::path(
+    post,
+    path = "/webhook-endpoints/{id}/deliveries/{delivery_id}:retry",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint."), ("delivery_id" = DeliveryId, Path, description = "The delivery.")),
+    responses(
+        (status = 202, description = "The delivery, pending and due now.", body = DeliveryView),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn retry_delivery(state: web::Data<AppState>, tenant: Tenant, path: web::Path<(String, String)>) -> ApiResult<HttpResponse> {
     let (raw_ep, raw_dl) = path.into_inner();
     let id: EndpointId = parse_id(&raw_ep)?;

@@ -78,6 +78,23 @@ fn check_description(d: &Option<String>) -> ApiResult<()> {
 ///
 /// Errors (422): the SSRF guard's codes (`blocked_address`, `https_required`,
 /// `userinfo_not_allowed`, `invalid_url`, `dns_failed`, …), `invalid_description`.
+#[utoipa::path(
+    post,
+    path = "/webhook-endpoints",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    request_body = CreateEndpoint,
+    responses(
+        (status = 201, description = "Created; the signing `secret` is shown this once.", body = CreatedEndpoint, headers(("Location" = String, description = "`/webhook-endpoints/{id}`")),
+            links(("GetEndpoint" = (operation_id = "get_endpoint", parameters(("id" = "$response.body#/id")))), ("UpdateEndpoint" = (operation_id = "update_endpoint", parameters(("id" = "$response.body#/id")))), ("DeleteEndpoint" = (operation_id = "delete_endpoint", parameters(("id" = "$response.body#/id")))), ("RotateSecret" = (operation_id = "rotate_secret", parameters(("id" = "$response.body#/id")))), ("EnableEndpoint" = (operation_id = "enable_endpoint", parameters(("id" = "$response.body#/id")))), ("ListDeliveries" = (operation_id = "list_deliveries", parameters(("id" = "$response.body#/id")))))),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::Unprocessable),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
     check_description(&req.description)?;
@@ -123,12 +140,36 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
 }
 
 /// `GET /webhook-endpoints/{id}`.
+#[utoipa::path(
+    get,
+    path = "/webhook-endpoints/{id}",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
+    responses(
+        (status = 200, description = "The endpoint.", body = Endpoint),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
 }
 
 /// `GET /webhook-endpoints`: every endpoint of the tenant, newest first.
+#[utoipa::path(
+    get,
+    path = "/webhook-endpoints",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    responses(
+        (status = 200, description = "Every endpoint of the tenant, newest first.", body = crate::openapi::EndpointList),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult<HttpResponse> {
     let mut conn = state.db.get().await?;
     let rows: Vec<EndpointRow> = ep::table
@@ -144,6 +185,7 @@ async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult
 
 /// `PATCH /webhook-endpoints/{id}` body: any subset of the fields.
 #[derive(Debug, serde::Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
     /// New URL (checked like at creation).
@@ -157,6 +199,24 @@ pub struct UpdateEndpoint {
 }
 
 /// `PATCH /webhook-endpoints/{id}`.
+#[utoipa::path(
+    patch,
+    path = "/webhook-endpoints/{id}",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
+    request_body = UpdateEndpoint,
+    responses(
+        (status = 200, description = "The updated endpoint.", body = Endpoint),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::Unprocessable),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn update_endpoint(
     state: web::Data<AppState>,
     tenant: Tenant,
@@ -195,6 +255,19 @@ async fn update_endpoint(
 }
 
 /// `DELETE /webhook-endpoints/{id}` → `204`. Pending deliveries to it are not attempted.
+#[utoipa::path(
+    delete,
+    path = "/webhook-endpoints/{id}",
+    tag = "webhook-endpoints",
+    security(("api_key" = [])),
+    params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
+    responses(
+        (status = 204, description = "Deleted; pending deliveries to it are not attempted."),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn delete_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;

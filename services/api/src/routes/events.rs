@@ -23,6 +23,19 @@ fn parse_payload(payload: &str) -> ApiResult<Event> {
 }
 
 /// `GET /events/{id}`: the event exactly as it was sent.
+#[utoipa::path(
+    get,
+    path = "/events/{id}",
+    tag = "events",
+    security(("api_key" = [])),
+    params(("id" = EventId, Path, description = "The event.")),
+    responses(
+        (status = 200, description = "The event exactly as it was sent.", body = Event),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EventId = parse_id(&path)?;
     let mut conn = state.db.get().await?;
@@ -38,6 +51,19 @@ async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
 }
 
 /// `GET /events?type=&limit=&cursor=`: newest first.
+#[utoipa::path(
+    get,
+    path = "/events",
+    tag = "events",
+    security(("api_key" = [])),
+    params(("type" = Option<EventType>, Query, description = "Only events of this type."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<EventId>, Query, description = "The `next_cursor` of the previous page: items older than this event.")),
+    responses(
+        (status = 200, description = "A page of events, newest first.", body = crate::routes::Page<Event>),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn list_events(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
     let limit = query.limit();
     let mut q = events::table.filter(events::tenant_id.eq(&tenant.id)).into_boxed();

@@ -10,10 +10,27 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz));
 }
 
+/// Liveness: the process answers. Cheap; touches no dependency.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "meta",
+    responses((status = 200, description = "The process is alive.", body = crate::openapi::Liveness)),
+)]
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
+/// Readiness: the database and the media bucket answer.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "meta",
+    responses(
+        (status = 200, description = "Every dependency answered.", body = crate::openapi::Readiness),
+        (status = 503, description = "A dependency did not answer; the body says which.", body = crate::openapi::Readiness),
+    ),
+)]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let db_ok = match state.db.get().await {
         Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1"))

@@ -85,12 +85,38 @@ pub async fn load_operation(state: &AppState, tenant: &Tenant, id: &OperationId)
 }
 
 /// `GET /operations/{id}`.
+#[utoipa::path(
+    get,
+    path = "/operations/{id}",
+    tag = "operations",
+    security(("api_key" = [])),
+    params(("id" = vid_core::OperationId, Path, description = "The operation.")),
+    responses(
+        (status = 200, description = "The operation.", body = Operation),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn get_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
     Ok(HttpResponse::Ok().json(load_operation(&state, &tenant, &id).await?))
 }
 
 /// `GET /operations?status=&limit=&cursor=`: newest first, cursor-paged.
+#[utoipa::path(
+    get,
+    path = "/operations",
+    tag = "operations",
+    security(("api_key" = [])),
+    params(("status" = Option<OperationStatus>, Query, description = "Only operations in this status."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<vid_core::OperationId>, Query, description = "The `next_cursor` of the previous page: items older than this operation.")),
+    responses(
+        (status = 200, description = "A page of operations, newest first.", body = Page<Operation>),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
     let limit = query.limit();
     let mut q = operations::table.filter(operations::tenant_id.eq(&tenant.id)).into_boxed();
@@ -124,6 +150,20 @@ pub fn page<R, T>(mut rows: Vec<R>, limit: i64, id: impl Fn(&R) -> String, map: 
 /// `cancelled` with a new version, the event `video.cancelled` is recorded, and
 /// a cancel message for every transcoder is queued. Errors: `operation_terminal` (409,
 /// with the current status in `detail` and in the `operation_status` extension).
+#[utoipa::path(
+    post,
+    path = "/operations/{id}:cancel",
+    tag = "operations",
+    security(("api_key" = [])),
+    params(("id" = vid_core::OperationId, Path, description = "The operation.")),
+    responses(
+        (status = 200, description = "The cancelled operation.", body = Operation),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
     let current = load_operation(&state, &tenant, &id).await?;
@@ -247,6 +287,22 @@ async fn watch_operation(
 ///
 /// Holds one of the tenant's `operations.max_watchers_per_tenant` slots while
 /// waiting; past the bound: `429 too_many_watchers` with `Retry-After`.
+#[utoipa::path(
+    post,
+    path = "/operations/{id}:wait",
+    tag = "operations",
+    security(("api_key" = [])),
+    params(("id" = vid_core::OperationId, Path, description = "The operation.")),
+    request_body(content = Option<vid_core::operation::WaitOperation>, description = "Optional; `{}` or no body means the defaults."),
+    responses(
+        (status = 200, description = "The operation changed, was terminal, or the wait timed out.", body = vid_core::operation::WaitResponse),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 429, response = crate::openapi::TooManyRequests),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn wait_operation(
     state: web::Data<AppState>,
     tenant: Tenant,
@@ -310,6 +366,21 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
 ///
 /// Holds one of the tenant's watcher slots until the client disconnects;
 /// past the bound: `429 too_many_watchers` with `Retry-After`.
+#[utoipa::path(
+    get,
+    path = "/operations/{id}/events",
+    tag = "operations",
+    security(("api_key" = [])),
+    params(("id" = vid_core::OperationId, Path, description = "The operation."), ("Last-Event-ID" = Option<i64>, Header, description = "On reconnect: the `id:` (revision) of the last event received.")),
+    responses(
+        (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event.", content_type = "text/event-stream", body = String),
+        (status = 204, description = "A reconnect after the terminal event: nothing more will come."),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 429, response = crate::openapi::TooManyRequests),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn operation_events(
     state: web::Data<AppState>,
     tenant: Tenant,

@@ -91,6 +91,27 @@ async fn load_upload(state: &AppState, tenant: &Tenant, id: &UploadId) -> ApiRes
 ///
 /// Errors: `invalid_size` (0 bytes), `file_too_large`, `unsupported_content_type` (422);
 /// `too_many_uploads` (429) past the tenant's in-flight cap; `storage_unavailable` (503).
+#[utoipa::path(
+    post,
+    path = "/uploads",
+    tag = "uploads",
+    security(("api_key" = [])),
+    params(("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters. Makes a retry safe: the first answer is stored for 24 h and replayed (with `Idempotent-Replayed: true`) to a request with the same key and body.", min_length = 1, max_length = 255)),
+    request_body = CreateUpload,
+    responses(
+        (status = 201, description = "Created: one presigned UploadPart URL per part.", body = CreatedUpload,
+            headers(("Location" = String, description = "`/uploads/{id}`")),
+            links(("GetUpload" = (operation_id = "get_upload", parameters(("id" = "$response.body#/id")))), ("SignParts" = (operation_id = "sign_parts", parameters(("id" = "$response.body#/id")))), ("CompleteUpload" = (operation_id = "complete_upload", parameters(("id" = "$response.body#/id")))), ("AbortUpload" = (operation_id = "abort_upload", parameters(("id" = "$response.body#/id")))))),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 422, response = crate::openapi::Unprocessable),
+        (status = 429, response = crate::openapi::TooManyRequests),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn create_upload(
     state: web::Data<AppState>,
     tenant: Tenant,
@@ -175,6 +196,19 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
 }
 
 /// `GET /uploads/{id}`: status and, while `created`, the parts storage holds (S3 ListParts).
+#[utoipa::path(
+    get,
+    path = "/uploads/{id}",
+    tag = "uploads",
+    security(("api_key" = [])),
+    params(("id" = vid_core::UploadId, Path, description = "The upload.")),
+    responses(
+        (status = 200, description = "The upload.", body = UploadState),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn get_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
@@ -216,6 +250,24 @@ fn refuse_if_closed(row: &UploadRow) -> ApiResult<()> {
 /// `POST /uploads/{id}/parts:sign`: fresh URLs for just the named parts.
 ///
 /// Errors: `invalid_part_numbers` (400), `upload_aborted`/`upload_expired`/`upload_completed` (409).
+#[utoipa::path(
+    post,
+    path = "/uploads/{id}/parts:sign",
+    tag = "uploads",
+    security(("api_key" = [])),
+    params(("id" = vid_core::UploadId, Path, description = "The upload.")),
+    request_body = SignParts,
+    responses(
+        (status = 200, description = "Fresh URLs for the named parts.", body = SignedParts),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 413, response = crate::openapi::PayloadTooLarge),
+        (status = 415, response = crate::openapi::UnsupportedMediaType),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn sign_parts(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>, body: web::Json<SignParts>) -> ApiResult<HttpResponse> {
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
@@ -242,6 +294,20 @@ async fn sign_parts(state: web::Data<AppState>, tenant: Tenant, path: web::Path<
 }
 
 /// `DELETE /uploads/{id}`: S3 AbortMultipartUpload; `204`. Idempotent.
+#[utoipa::path(
+    delete,
+    path = "/uploads/{id}",
+    tag = "uploads",
+    security(("api_key" = [])),
+    params(("id" = vid_core::UploadId, Path, description = "The upload.")),
+    responses(
+        (status = 204, description = "Aborted (or already aborted or expired)."),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn abort_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
@@ -272,6 +338,24 @@ async fn abort_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Pat
 ///
 /// Errors (409): `upload_incomplete` (with `missing_parts`), `part_size_mismatch`
 /// (with `parts`), `etag_mismatch`, `size_mismatch`, `upload_aborted`, `upload_expired`.
+#[utoipa::path(
+    post,
+    path = "/uploads/{id}/complete",
+    tag = "uploads",
+    security(("api_key" = [])),
+    params(("id" = vid_core::UploadId, Path, description = "The upload."), ("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters. Makes a retry safe: the first answer is stored for 24 h and replayed (with `Idempotent-Replayed: true`) to a request with the same key and body.", min_length = 1, max_length = 255)),
+    request_body(content = Option<CompleteUpload>, description = "Optional: the parts with the ETags storage answered. Without a (valid) body the server lists the parts itself."),
+    responses(
+        (status = 202, description = "Accepted: the transcode operation.", body = vid_core::operation::Operation,
+            headers(("Location" = String, description = "`/operations/{op}`"))),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 409, response = crate::openapi::Conflict),
+        (status = 422, response = crate::openapi::Unprocessable),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn complete_upload(
     state: web::Data<AppState>,
     tenant: Tenant,

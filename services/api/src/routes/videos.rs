@@ -58,6 +58,19 @@ impl VideoRow {
 }
 
 /// `GET /videos/{id}`: the video with presigned GET URLs for renditions and poster.
+#[utoipa::path(
+    get,
+    path = "/videos/{id}",
+    tag = "videos",
+    security(("api_key" = [])),
+    params(("id" = VideoId, Path, description = "The video.")),
+    responses(
+        (status = 200, description = "The video, with presigned GET URLs.", body = Video),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 404, response = crate::openapi::NotFound),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn get_video(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: VideoId = parse_id(&path)?;
     let mut conn = state.db.get().await?;
@@ -84,6 +97,19 @@ async fn get_video(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
 }
 
 /// `GET /videos?limit=&cursor=`: newest first, without download URLs.
+#[utoipa::path(
+    get,
+    path = "/videos",
+    tag = "videos",
+    security(("api_key" = [])),
+    params(("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<VideoId>, Query, description = "The `next_cursor` of the previous page: items older than this video.")),
+    responses(
+        (status = 200, description = "A page of videos, newest first, without download URLs.", body = crate::routes::Page<Video>),
+        (status = 400, response = crate::openapi::BadRequest),
+        (status = 401, response = crate::openapi::Unauthorized),
+        (status = 503, response = crate::openapi::Unavailable),
+    ),
+)]
 async fn list_videos(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
     let limit = query.limit();
     let mut q = videos::table.filter(videos::tenant_id.eq(&tenant.id)).into_boxed();

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Benchmark of issue 4: our single-decode ladder against the ffmpeg CLI.
+#
+#   (a) ours: `transcoder work --spec` (the supervised child the service runs),
+#       release build, one decode feeding 1080p/720p/480p/360p + poster;
+#   (b) the ffmpeg CLI once per rendition (4 processes, one after the other),
+#       each decoding the source itself;
+#   (c) one ffmpeg CLI process with a `split` filter feeding the same 4 encoders.
+#
+# Same settings as services/transcoder/src/media/{ladder,transcode}.rs: libx264
+# preset veryfast, CRF 23, profile high, maxrate = w*h*5/2 b/s, bufsize = 2*maxrate,
+# bicubic scale, setsar=1, yuv420p; AAC 128 kb/s stereo at the source rate;
+# +faststart. (Differences: ours encodes the audio once and shares it, and also
+# writes a JPEG poster; the CLI in (c) encodes the audio once per output.)
+#
+# Each variant runs RUNS times (default 3), interleaved; medians are reported.
+#   BENCH_SECONDS=20 BENCH_SIZE=1920x1080 RUNS=3 scripts/bench-transcode.sh [input.mp4]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS="${RUNS:-3}"
+SECONDS_="${BENCH_SECONDS:-20}"
+SIZE="${BENCH_SIZE:-1920x1080}"
+WORK="${BENCH_DIR:-$(mktemp -d /tmp/vid-bench-XXXXXX)}"
+mkdir -p "$WORK"
+trap 'rm -rf "$WORK"' EXIT
+
+echo "building the transcoder (release)…" >&2
+cargo build --release -q -p vid-transcoder
+BIN="${CARGO_TARGET_DIR:-target}/release/transcoder"
+
+INPUT="${1:-}"
+if [[ -z "$INPUT" ]]; then
+    INPUT="$WORK/input.mp4"
+    echo "generating a ${SIZE} ${SECONDS_} s testsrc2 + sine H.264/AAC input…" >&2
+    ffmpeg -hide_banner -loglevel error -y \
+        -f lavfi -i "testsrc2=size=${SIZE}:rate=25:duration=${SECONDS_}" \
+        -f lavfi -i "sine=frequency=440:sample_rate=48000:duration=${SECONDS_}" \
+        -c:v libx264 -preset veryfast -crf 18 -pix_fmt yuv420p -c:a aac -ac 2 -b:a 192k -shortest "$INPUT"
+fi
+
+now() { date +%s.%N; }
+elapsed() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$1" "$2"; }
+
+run_ours() {
+    local out="$WORK/ours"; rm -rf "$out"; mkdir -p "$out"
+    cat > "$WORK/spec.json" <<JSON
+{"input": "$INPUT", "out_dir": "$out", "limits": {"max_duration_seconds": 14400, "max_width": 4096, "max_height": 4096}, "ladder": [1080, 720, 480, 360]}
+JSON
+    "$BIN" work --spec "$WORK/spec.json" > "$WORK/ours.jsonl"
+    tail -n1 "$WORK/ours.jsonl" | grep -q '"event":"succeeded"' || { echo "our ladder failed: $(tail -n1 "$WORK/ours.jsonl")" >&2; exit 1; }
+}
+
+# Rungs as "name w h", from our own output (so (b) and (c) encode exactly the same sizes).
+run_ours
+mapfile -t RUNGS < <(tail -n1 "$WORK/ours.jsonl" | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+for r in m["outcome"]["transcoded"]["renditions"]:
+    print(r["name"], r["width"], r["height"])')
+[[ ${#RUNGS[@]} -gt 0 ]] || { echo "no renditions" >&2; exit 1; }
+
+venc() { # w h → x264 options of that rung
+    local w=$1 h=$2 maxrate=$(( $1 * $2 * 5 / 2 )); (( maxrate < 200000 )) && maxrate=200000
+    echo "-c:v libx264 -preset veryfast -crf 23 -maxrate $maxrate -bufsize $(( maxrate * 2 )) -profile:v high -pix_fmt yuv420p"
+}
+AENC="-c:a aac -b:a 128k -ac 2"
+
+run_per_rendition() {
+    local r name w h
+    for r in "${RUNGS[@]}"; do
+        read -r name w h <<<"$r"
+        # shellcheck disable=SC2046
+        ffmpeg -hide_banner -loglevel error -y -i "$INPUT" -vf "scale=w=$w:h=$h:flags=bicubic,setsar=1,format=yuv420p" \
+            $(venc "$w" "$h") $AENC -movflags +faststart "$WORK/cli_$name.mp4"
+    done
+}
+
+run_split() {
+    local n=${#RUNGS[@]} i=0 graph labels="" r name w h
+    local -a outs=()
+    for ((i = 0; i < n; i++)); do labels+="[s$i]"; done
+    graph="[0:v]split=$n$labels"
+    i=0
+    for r in "${RUNGS[@]}"; do
+        read -r name w h <<<"$r"
+        graph+=";[s$i]scale=w=$w:h=$h:flags=bicubic,setsar=1,format=yuv420p[o$i]"
+        # shellcheck disable=SC2207
+        outs+=(-map "[o$i]" -map 0:a? $(venc "$w" "$h") $AENC -movflags +faststart "$WORK/split_$name.mp4")
+        i=$((i + 1))
+    done
+    ffmpeg -hide_banner -loglevel error -y -i "$INPUT" -filter_complex "$graph" "${outs[@]}"
+}
+
+declare -a T_OURS=() T_PER=() T_SPLIT=()
+for ((run = 1; run <= RUNS; run++)); do
+    t0=$(now); run_ours; t1=$(now); T_OURS+=("$(elapsed "$t0" "$t1")")
+    t0=$(now); run_per_rendition; t1=$(now); T_PER+=("$(elapsed "$t0" "$t1")")
+    t0=$(now); run_split; t1=$(now); T_SPLIT+=("$(elapsed "$t0" "$t1")")
+    echo "run $run/$RUNS: ours ${T_OURS[-1]} s, per-rendition ${T_PER[-1]} s, split ${T_SPLIT[-1]} s" >&2
+done
+
+python3 - "$INPUT" "$(nproc)" "${T_OURS[*]}" "${T_PER[*]}" "${T_SPLIT[*]}" "${RUNGS[*]}" <<'PY'
+import statistics, sys
+inp, cores, ours, per, split, rungs = sys.argv[1:]
+ours, per, split = ([float(x) for x in s.split()] for s in (ours, per, split))
+mo, mp, ms = statistics.median(ours), statistics.median(per), statistics.median(split)
+print()
+print(f"input: {inp}; rungs: {rungs}; {len(ours)} runs each; {cores} cores")
+print(f"{'variant':<44} {'median s':>9}   runs")
+print(f"{'(a) ours: transcoder work (one decode)':<44} {mo:>9.2f}   {' '.join(f'{x:.2f}' for x in ours)}")
+print(f"{'(b) ffmpeg CLI, one process per rendition':<44} {mp:>9.2f}   {' '.join(f'{x:.2f}' for x in per)}")
+print(f"{'(c) ffmpeg CLI, one process with split':<44} {ms:>9.2f}   {' '.join(f'{x:.2f}' for x in split)}")
+print()
+print(f"ours / per-rendition = {mo / mp:.3f}   (goal <= 0.70)")
+print(f"ours / split         = {mo / ms:.3f}   (goal <= 1.05)")
+PY

@@ -1,0 +1,271 @@
+//! The api's OpenAPI 3.1 description, generated from the code with utoipa.
+//!
+//! - `GET /openapi.json`: the document ([`ApiDoc`]).
+//! - `GET /docs/`: Swagger UI. Its assets come from the `utoipa-swagger-ui`
+//!   crate's `vendored` feature (a Swagger UI zip shipped inside a crates.io
+//!   package) and are embedded in the binary: nothing is downloaded at build
+//!   or run time.
+//!
+//! Every handler carries a `#[utoipa::path]`; `tests/openapi.rs` fails when a
+//! route registered with `.route("…", web::METHOD()…)` is missing from the
+//! document. Problem responses are reusable components (`BadRequest`,
+//! `Unauthorized`, …) with `application/problem+json` bodies of schema `Problem`.
+
+use std::sync::OnceLock;
+
+use actix_web::{web, HttpResponse};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{Modify, OpenApi, ToSchema};
+use vid_core::problem::PROBLEM_JSON;
+
+use crate::routes;
+
+/// The name of the bearer security scheme every tenant route requires.
+pub const SECURITY_SCHEME: &str = "api_key";
+
+/// The OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Video platform API",
+        description = "Direct-to-storage multipart uploads, transcode operations (`202 Accepted` + `Location`), \
+videos with time-limited download URLs, webhook endpoints and their delivery log, and the event log.\n\n\
+Authenticate with `Authorization: Bearer <API key>` (`vidk_…`). Every error is an RFC 9457 problem \
+(`application/problem+json`) with a stable machine-readable `code`; branch on `code`, never on `title` or `detail`.\n\n\
+Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    paths(
+        routes::health::healthz,
+        routes::health::readyz,
+        openapi_json,
+        routes::uploads::create_upload,
+        routes::uploads::get_upload,
+        routes::uploads::abort_upload,
+        routes::uploads::sign_parts,
+        routes::uploads::complete_upload,
+        routes::operations::list_operations,
+        routes::operations::get_operation,
+        routes::operations::cancel_operation,
+        routes::operations::wait_operation,
+        routes::operations::operation_events,
+        routes::videos::list_videos,
+        routes::videos::get_video,
+        routes::endpoints::create_endpoint,
+        routes::endpoints::list_endpoints,
+        routes::endpoints::get_endpoint,
+        routes::endpoints::update_endpoint,
+        routes::endpoints::delete_endpoint,
+        routes::deliveries::rotate_secret,
+        routes::deliveries::enable_endpoint,
+        routes::deliveries::list_deliveries,
+        routes::deliveries::retry_delivery,
+        routes::events::list_events,
+        routes::events::get_event,
+    ),
+    components(
+        schemas(
+            vid_core::Problem,
+            vid_core::UploadId,
+            vid_core::VideoId,
+            vid_core::OperationId,
+            vid_core::EventId,
+            vid_core::EndpointId,
+            vid_core::DeliveryId,
+            vid_core::event::EventData,
+            vid_core::event::VideoEventData,
+            vid_core::event::EndpointEventData,
+        ),
+        responses(BadRequest, Unauthorized, NotFound, Conflict, PayloadTooLarge, UnsupportedMediaType, Unprocessable, TooManyRequests, Unavailable),
+    ),
+    modifiers(&SecurityAddon),
+    tags(
+        (name = "uploads", description = "Direct-to-storage S3 multipart uploads: the api never sees the bytes."),
+        (name = "operations", description = "Long-running transcodes: poll, wait, stream or cancel."),
+        (name = "videos", description = "Sources, renditions and posters, with presigned download URLs."),
+        (name = "webhook-endpoints", description = "Where a tenant's events are delivered, and the delivery log."),
+        (name = "events", description = "Every event recorded for the tenant, so receivers can catch up."),
+        (name = "meta", description = "Health probes and this document."),
+    ),
+)]
+pub struct ApiDoc;
+
+/// Adds the bearer security scheme.
+struct SecurityAddon;
+
+impl Modify for SecurityAddon {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            SECURITY_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("vidk_…")
+                    .description(Some("An API key of the tenant: `Authorization: Bearer vidk_…`. Create one with `api create-tenant`."))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// A reusable `application/problem+json` response, named after its type.
+macro_rules! problem_response {
+    ($name:ident, $status:literal, $code:literal, $title:literal, $description:literal) => {
+        #[doc = $description]
+        pub struct $name;
+
+        impl<'r> utoipa::ToResponse<'r> for $name {
+            fn response() -> (&'r str, RefOr<Response>) {
+                (stringify!($name), problem($status, $code, $title, $description, None).into())
+            }
+        }
+    };
+    ($name:ident, $status:literal, $code:literal, $title:literal, $description:literal, header $header:literal: $header_doc:literal) => {
+        #[doc = $description]
+        pub struct $name;
+
+        impl<'r> utoipa::ToResponse<'r> for $name {
+            fn response() -> (&'r str, RefOr<Response>) {
+                (stringify!($name), problem($status, $code, $title, $description, Some(($header, $header_doc))).into())
+            }
+        }
+    };
+}
+
+fn problem(status: u16, code: &str, title: &str, description: &str, header: Option<(&str, &str)>) -> Response {
+    let example = serde_json::json!({
+        "type": format!("/problems/{code}"),
+        "title": title,
+        "status": status,
+        "detail": "what went wrong, for people",
+        "code": code,
+    });
+    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).example(Some(example)).build();
+    let mut response = ResponseBuilder::new().description(description).content(PROBLEM_JSON, content);
+    if let Some((name, doc)) = header {
+        let schema = utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String).build();
+        response = response.header(name, HeaderBuilder::new().schema(schema).description(Some(doc)).build());
+    }
+    response.build()
+}
+
+problem_response!(
+    BadRequest, 400, "invalid_json", "Bad request",
+    "The request is malformed: `invalid_json` (body not JSON, unknown field, wrong type), `invalid_query`, \
+`invalid_status`, `invalid_event_type`, `invalid_cursor`, `invalid_part_numbers`, `invalid_idempotency_key`."
+);
+problem_response!(
+    Unauthorized, 401, "unauthorized", "Unauthorized",
+    "`unauthorized`: no API key, or an unknown or revoked one.",
+    header "WWW-Authenticate": "`Bearer`"
+);
+problem_response!(
+    NotFound, 404, "not_found", "Not found",
+    "`not_found`: the resource does not exist, belongs to another tenant, or the id is malformed."
+);
+problem_response!(
+    Conflict, 409, "upload_aborted", "Conflict",
+    "The resource is in a state that forbids this (the `code` says which; some carry extension members, \
+e.g. `missing_parts`), or `idempotency_key_in_use`."
+);
+problem_response!(
+    PayloadTooLarge, 413, "body_too_large", "Body too large",
+    "`body_too_large`: JSON bodies are limited to 64 KiB."
+);
+problem_response!(
+    UnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type",
+    "`unsupported_media_type`: send the body as `application/json`."
+);
+problem_response!(
+    Unprocessable, 422, "unsupported_content_type", "Request refused",
+    "Well-formed, but refused by a rule (the `code` says which), or `idempotency_key_reused`."
+);
+problem_response!(
+    TooManyRequests, 429, "too_many_requests", "Too many requests",
+    "`too_many_requests` (a tenant cap) or `too_many_watchers` (open waits and event streams); retry later.",
+    header "Retry-After": "Seconds to wait (sent with `too_many_watchers`)."
+);
+problem_response!(
+    Unavailable, 503, "unavailable", "Service unavailable",
+    "`unavailable`: a dependency (database, storage, broker) is down; retry later."
+);
+
+/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged).
+#[derive(ToSchema)]
+pub struct EndpointList {
+    /// Newest first.
+    pub data: Vec<vid_core::endpoint::Endpoint>,
+}
+
+/// `GET /healthz`.
+#[derive(ToSchema)]
+pub struct Liveness {
+    /// Always `ok`.
+    #[schema(example = "ok")]
+    pub status: String,
+}
+
+/// `GET /readyz`: whether each dependency answered.
+#[derive(ToSchema)]
+pub struct Readiness {
+    /// PostgreSQL answered `SELECT 1`.
+    pub database: bool,
+    /// The media bucket answered `HeadBucket`.
+    pub storage: bool,
+}
+
+/// The document as served, built once.
+///
+/// utoipa 5.5 writes the fields of a response's Link object in snake case
+/// (`operation_id`); OpenAPI spells them `operationId`, `operationRef` and
+/// `requestBody`, so they are renamed here.
+pub fn document() -> &'static serde_json::Value {
+    static DOC: OnceLock<serde_json::Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
+        fix_links(&mut doc);
+        doc
+    })
+}
+
+fn fix_links(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::Object(links)) = map.get_mut("links") {
+                for link in links.values_mut().filter_map(serde_json::Value::as_object_mut) {
+                    for (from, to) in [("operation_id", "operationId"), ("operation_ref", "operationRef"), ("request_body", "requestBody")] {
+                        if let Some(value) = link.remove(from) {
+                            link.insert(to.to_owned(), value);
+                        }
+                    }
+                }
+            }
+            map.values_mut().for_each(fix_links);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(fix_links),
+        _ => {}
+    }
+}
+
+/// Routes of this module: the document and its UI.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.route("/openapi.json", web::get().to(openapi_json))
+        .route("/docs", web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header(("Location", "/docs/")).finish() }))
+        .service(
+            utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}")
+                .config(utoipa_swagger_ui::Config::new(["/openapi.json"]).persist_authorization(true)),
+        );
+}
+
+/// This OpenAPI 3.1 document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "The OpenAPI 3.1 document.", content_type = "application/json", body = Object)),
+)]
+async fn openapi_json() -> HttpResponse {
+    HttpResponse::Ok().json(document())
+}
