@@ -251,3 +251,34 @@ async fn an_in_flight_cap_refuses_with_429() {
     let err = client.create_upload(&req(10), None).await.unwrap_err();
     assert_eq!(problem_code(&err), "too_many_requests");
 }
+
+#[tokio::test]
+async fn idempotency_keys_replay_the_first_answer_and_refuse_another_body() {
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    let first = client.create_upload(&req(100), Some("key-1")).await.unwrap();
+    let replay = client.create_upload(&req(100), Some("key-1")).await.unwrap();
+    assert_eq!(replay.id, first.id, "the same key and body replay the first answer");
+    assert_eq!(replay.parts, first.parts);
+    let err = client.create_upload(&req(200), Some("key-1")).await.unwrap_err();
+    assert_eq!(problem_code(&err), "idempotency_key_reused");
+    assert_eq!(err.problem().unwrap().status, 422);
+    // Another key is another upload; keys belong to their tenant.
+    let other_key = client.create_upload(&req(100), Some("key-2")).await.unwrap();
+    assert_ne!(other_key.id, first.id);
+    let other_tenant = api.other_tenant().await.create_upload(&req(100), Some("key-1")).await.unwrap();
+    assert_ne!(other_tenant.id, first.id);
+    // A replayed answer says so.
+    let resp = client
+        .http()
+        .post(format!("{}/uploads", api.url))
+        .bearer_auth(&api.key)
+        .header("Idempotency-Key", "key-1")
+        .json(&req(100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    assert_eq!(resp.headers()["idempotent-replayed"], "true");
+    assert_eq!(resp.headers()["location"], format!("/uploads/{}", first.id).as_str());
+}

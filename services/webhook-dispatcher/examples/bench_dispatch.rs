@@ -1,0 +1,324 @@
+//! Webhook dispatcher throughput and latency (issue 5, "Performance"); run by
+//! `scripts/bench-dispatch.sh`, which also measures wrk against the same receiver.
+//!
+//! 1. Starts a fast HTTP receiver on 127.0.0.1 (answers `200` at once,
+//!    stamps the arrival of each `Webhook-Id`), prints
+//!    `RECEIVER_URL <url>` and waits for one line on stdin: wrk's requests
+//!    per second against that URL (empty or unparseable: no ratio).
+//! 2. A fresh database and amqp prefix, one tenant, `ENDPOINTS` endpoints
+//!    (default 1) at the receiver, an in-process dispatcher.
+//! 3. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as
+//!    fast as the broker confirms them (32 in flight) and waits until every
+//!    delivery has been received. Throughput = deliveries / (last receipt −
+//!    first publish).
+//! 4. Paced: publishes at half the burst throughput (each publish scheduled
+//!    on its own, so confirms do not slow the pace) for about 8 s.
+//!
+//! Latency = first receipt of a delivery − the instant just before its
+//! `publish` (which includes the broker confirm), same process, same clock.
+//! Figures only: nothing is asserted.
+//!
+//! Environment: `EVENTS`, `ENDPOINTS`, `PER_ENDPOINT_CONCURRENCY` (default 64),
+//! `BATCH_SIZE` (64), `MAX_IN_FLIGHT` (256), `PREFETCH` (256), `POOL_SIZE` (16);
+//! the local stack must be up (`.local/stack.env`).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io::{BufRead, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use vid_core::event::{Event, EventData, EventType, VideoEventData};
+use vid_core::messages::EventPublished;
+use vid_core::{EndpointId, EventId, OperationId, TenantId, VideoId};
+use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
+use vid_db::seal::SealingKey;
+use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
+use vid_infra::ExposeSecret;
+use vid_webhook_dispatcher::{Dispatcher, Settings};
+use vid_webhooks::Secret;
+
+/// `(webhook-id, arrival)` of every request, in arrival order.
+type Log = Arc<Mutex<Vec<(String, Instant)>>>;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// The receiver: HTTP/1.1 keep-alive, reads the whole body, records the
+/// `webhook-id` header (wrk's requests carry one too, so both measurements do
+/// the same work), answers `200 ok`.
+async fn start_receiver(log: Log) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let _ = stream.set_nodelay(true);
+            let log = log.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let log = log.clone();
+                    async move {
+                        let id = req.headers().get("webhook-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                        let _body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let now = Instant::now();
+                        log.lock().unwrap().push((id.unwrap_or_default(), now));
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    addr
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+struct Bench {
+    tenant: TenantId,
+    prefix: String,
+    publisher: Publisher,
+    log: Log,
+    expected_per_event: usize,
+}
+
+impl Bench {
+    async fn publish_one(&self) -> (String, Instant) {
+        let event = Event {
+            id: EventId::generate(),
+            type_: EventType::VideoReady,
+            created: Utc::now().timestamp(),
+            data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
+        };
+        let payload = serde_json::to_string(&event).unwrap();
+        let id = event.id.as_str().to_owned();
+        let msg = EventPublished { tenant_id: self.tenant.clone(), event, payload };
+        let t0 = Instant::now();
+        self.publisher
+            .publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(&id))
+            .await
+            .expect("publish");
+        (id, t0)
+    }
+
+    /// Waits until every event of `published` reached the receiver
+    /// `expected_per_event` times (distinct endpoints), or `limit` passes.
+    /// Returns the latency of every delivery (first receipt per event and
+    /// endpoint slot) and the last receipt.
+    async fn collect(&self, published: &HashMap<String, Instant>, limit: Duration) -> (Vec<Duration>, Option<Instant>, usize) {
+        let want = published.len() * self.expected_per_event;
+        let deadline = Instant::now() + limit;
+        loop {
+            let (lat, last, dups) = {
+                let log = self.log.lock().unwrap();
+                let mut seen: HashMap<&str, usize> = HashMap::new();
+                let mut lat = Vec::with_capacity(want);
+                let mut last = None;
+                let mut dups = 0;
+                for (id, at) in log.iter() {
+                    let Some(t0) = published.get(id) else { continue };
+                    let n = seen.entry(id.as_str()).or_default();
+                    *n += 1;
+                    if *n > self.expected_per_event {
+                        dups += 1;
+                        continue;
+                    }
+                    lat.push(at.saturating_duration_since(*t0));
+                    last = Some(last.map_or(*at, |l: Instant| l.max(*at)));
+                }
+                (lat, last, dups)
+            };
+            if lat.len() >= want || Instant::now() >= deadline {
+                if lat.len() < want {
+                    eprintln!("WARNING: only {} of {want} deliveries received within {limit:?}", lat.len());
+                }
+                return (lat, last, dups);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let events: usize = env_or("EVENTS", 4000);
+    let endpoints: usize = env_or("ENDPOINTS", 1);
+    let per_endpoint: u32 = env_or("PER_ENDPOINT_CONCURRENCY", 64);
+    let batch: u32 = env_or("BATCH_SIZE", 64);
+    let max_in_flight: u32 = env_or("MAX_IN_FLIGHT", 256);
+    let prefetch: u16 = env_or("PREFETCH", 256);
+    let pool: u32 = env_or("POOL_SIZE", 16);
+
+    // 1. Receiver, then wrk (run by the script) against it.
+    let log: Log = Arc::default();
+    let addr = start_receiver(log.clone()).await;
+    let url = format!("http://{addr}/hook");
+    println!("RECEIVER_URL {url}");
+    std::io::stdout().flush().unwrap();
+    let wrk_rps: Option<f64> = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).ok()?;
+        line.trim().parse().ok()
+    })
+    .await
+    .unwrap();
+    log.lock().unwrap().clear();
+
+    // 2. World.
+    let db_url = vid_testkit::fresh_database().await;
+    let prefix = vid_testkit::unique_prefix();
+    let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
+        (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
+    let overrides: Vec<(&str, &str)> = vec![
+        ("database.url", &db_url),
+        ("amqp.prefix", &prefix),
+        ("dispatcher.health_listen", "127.0.0.1:0"),
+        ("database.pool_size", &pool_s),
+        ("dispatcher.per_endpoint_concurrency", &per_endpoint_s),
+        ("dispatcher.batch_size", &batch_s),
+        ("dispatcher.max_in_flight", &max_in_flight_s),
+        ("dispatcher.prefetch", &prefetch_s),
+    ];
+    let settings: Settings = vid_testkit::settings(&overrides);
+    let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
+    let publisher = Publisher::new(&amqp).await.unwrap();
+    Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
+    let tenant = TenantId::generate();
+    let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
+    diesel::insert_into(tenants::table)
+        .values((tenants::id.eq(&tenant), tenants::name.eq("bench")))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret()).unwrap();
+    for _ in 0..endpoints {
+        let id = EndpointId::generate();
+        let secret = Secret::generate();
+        let sealed = key.seal(id.as_str(), secret.as_str().as_bytes()).unwrap();
+        diesel::insert_into(ep::table)
+            .values((
+                ep::id.eq(&id),
+                ep::tenant_id.eq(&tenant),
+                ep::url.eq(&url),
+                ep::signature_format.eq("webhook-signature"),
+                ep::status.eq("enabled"),
+                ep::secret_sealed.eq(sealed),
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let dispatcher = Dispatcher::build(settings, Arc::new(vid_netguard::StaticResolver::new())).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(dispatcher.run(async move {
+        let _ = stop_rx.await;
+    }));
+    let bench = Arc::new(Bench { tenant, prefix, publisher, log: log.clone(), expected_per_event: endpoints });
+
+    // Warm-up (connections, prepared statements, queue consumer), not counted.
+    let mut warm = HashMap::new();
+    for _ in 0..20 {
+        let (id, t0) = bench.publish_one().await;
+        warm.insert(id, t0);
+    }
+    bench.collect(&warm, Duration::from_secs(60)).await;
+
+    // 3. Burst.
+    let start = Instant::now();
+    let published: HashMap<String, Instant> = futures::stream::iter(0..events)
+        .map(|_| {
+            let b = bench.clone();
+            async move { b.publish_one().await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let published_in = start.elapsed();
+    let (mut lat, last, dups) = bench.collect(&published, Duration::from_secs(300)).await;
+    let span = last.map_or(Duration::ZERO, |l| l.saturating_duration_since(start));
+    let deliveries = lat.len();
+    let rate = deliveries as f64 / span.as_secs_f64().max(1e-9);
+    lat.sort();
+
+    // 4. Paced at half the burst throughput (in events/s: deliveries / endpoints).
+    let paced_rate = (rate / 2.0 / endpoints as f64).max(1.0);
+    let paced_n = ((paced_rate * 8.0) as usize).clamp(200, events);
+    let interval = Duration::from_secs_f64(1.0 / paced_rate);
+    let p_start = Instant::now();
+    let mut handles = Vec::with_capacity(paced_n);
+    for i in 0..paced_n {
+        let at = p_start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(at.into()).await;
+        let b = bench.clone();
+        handles.push(tokio::spawn(async move { b.publish_one().await }));
+    }
+    let mut paced = HashMap::new();
+    for h in handles {
+        let (id, t0) = h.await.unwrap();
+        paced.insert(id, t0);
+    }
+    let paced_elapsed = p_start.elapsed();
+    let (mut plat, _, pdups) = bench.collect(&paced, Duration::from_secs(120)).await;
+    plat.sort();
+
+    // Attempts that did not get a 200 (retried; they inflate the tail).
+    let non_200: i64 = at::table
+        .filter(at::response_status.ne(200).or(at::response_status.is_null()))
+        .count()
+        .get_result(&mut conn)
+        .await
+        .unwrap_or(-1);
+    let not_succeeded: i64 =
+        dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
+
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
+
+    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} (test profile otherwise: idle_poll_ms=50)");
+    println!(
+        "burst: {events} events × {endpoints} endpoint(s) = {deliveries} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
+        span.as_secs_f64(),
+        published_in.as_secs_f64(),
+        events as f64 / published_in.as_secs_f64()
+    );
+    println!("dispatcher throughput: {rate:.0} deliveries/s (publish → 2xx received)");
+    match wrk_rps {
+        Some(w) if w > 0.0 => println!("wrk against the same receiver: {w:.0} requests/s; ratio dispatcher/wrk = {:.4} ({:.2} %)", rate / w, 100.0 * rate / w),
+        _ => println!("wrk: no figure given on stdin; no ratio"),
+    }
+    println!(
+        "burst latency publish → receipt: p50 {} p99 {} max {}",
+        ms(percentile(&lat, 50.0)),
+        ms(percentile(&lat, 99.0)),
+        ms(lat.last().copied().unwrap_or_default())
+    );
+    println!(
+        "paced at {:.0} deliveries/s (half the burst throughput; {paced_n} events in {:.2} s): p50 {} p99 {} max {}",
+        paced_rate * endpoints as f64,
+        paced_elapsed.as_secs_f64(),
+        ms(percentile(&plat, 50.0)),
+        ms(percentile(&plat, 99.0)),
+        ms(plat.last().copied().unwrap_or_default())
+    );
+    println!("duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}", dups, pdups);
+}
