@@ -199,7 +199,7 @@ fn limits_are_enforced() {
 
 #[test]
 fn bigbuckbunny_gets_720p_480p_360p() {
-    let Some(src) = sample("bigbuckbunny.mp4") else { panic!("../shared/media/bigbuckbunny.mp4 is missing") };
+    let Some(src) = sample("bigbuckbunny.mp4") else { panic!("fixtures/media/bigbuckbunny.mp4 is missing") };
     let dir = tempfile::tempdir().unwrap();
     let o = run(&src, dir.path()).unwrap();
     assert_eq!((o.source.width, o.source.height), (1280, 720));
@@ -214,7 +214,7 @@ fn bigbuckbunny_gets_720p_480p_360p() {
 
 #[test]
 fn carphone_smaller_than_360p_gets_one_rendition_at_its_size() {
-    let Some(src) = sample("carphone_pristine.mp4") else { panic!("../shared/media/carphone_pristine.mp4 is missing") };
+    let Some(src) = sample("carphone_pristine.mp4") else { panic!("fixtures/media/carphone_pristine.mp4 is missing") };
     let dir = tempfile::tempdir().unwrap();
     let o = run(&src, dir.path()).unwrap();
     assert_eq!(o.source.audio_codec, None);

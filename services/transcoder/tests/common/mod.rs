@@ -63,10 +63,10 @@ pub fn diff(a: &[u8], b: &[u8]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).sum::<f64>() / a.len() as f64
 }
 
-/// The sample media shipped beside the repository.
+/// The sample media: the repository's `fixtures/media`, else `../shared/media` beside it.
 pub fn sample(name: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/media").join(name);
-    p.exists().then_some(p)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    [root.join("fixtures/media").join(name), root.join("../shared/media").join(name)].into_iter().find(|p| p.exists())
 }
 
 /// Generates the test clips into `dir` and returns their paths by name.
