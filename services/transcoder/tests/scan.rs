@@ -190,24 +190,6 @@ async fn protocol_unavailable_scanners() {
 
 // --------------------------------------------------------------- worker --
 
-fn stack_env() -> HashMap<String, String> {
-    let mut env: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("VID__")).collect();
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.local/stack.env");
-    if let Ok(text) = std::fs::read_to_string(&file) {
-        for line in text.lines() {
-            let line = line.trim().trim_start_matches("export ").trim();
-            if let Some((k, v)) = line.split_once('=') {
-                if k.starts_with("VID__") {
-                    env.entry(k.to_owned()).or_insert_with(|| v.trim_matches('\'').trim_matches('"').to_owned());
-                }
-            }
-        }
-    }
-    for k in ["VID__AMQP__URL", "VID__S3__ENDPOINT", "VID__S3__ACCESS_KEY_ID", "VID__S3__SECRET_ACCESS_KEY", "VID__S3__BUCKET"] {
-        assert!(env.contains_key(k), "{k} is not set and .local/stack.env does not have it: run `scripts/stack.sh infra-up` first");
-    }
-    env
-}
 
 type Collected = Arc<Mutex<HashMap<String, Vec<TranscodeReport>>>>;
 

@@ -106,3 +106,12 @@ impl Clips {
         p
     }
 }
+
+/// The stack's `VID__…` settings: `.local/stack.env` (via `vid_testkit`), with
+/// variables already set in the process environment taking precedence.
+#[allow(dead_code)]
+pub fn stack_env() -> std::collections::HashMap<String, String> {
+    let mut env = vid_testkit::stack_env();
+    env.extend(std::env::vars().filter(|(k, _)| k.starts_with("VID__")));
+    env
+}
