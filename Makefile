@@ -6,7 +6,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VIDEO ?=
 
-.PHONY: help infra build up down status demo test bench fuzz fmt lint clean-test-dbs
+.PHONY: help infra build up down status demo test bench fuzz chaos fmt lint clean-test-dbs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ bench: build ## benchmarks, each reported as a ratio to a baseline measured in t
 
 fuzz: build ## schemathesis against the served OpenAPI document, 200 examples per operation
 	FUZZ_EXAMPLES=200 scripts/fuzz-api.sh
+
+chaos: build ## the full chaos run: 50 uploads while every part is killed or restarted (SEED=n to repeat a run)
+	scripts/chaos.sh $(if $(SEED),--seed $(SEED),)
 
 fmt: ## format the code
 	$(CARGO) fmt --all

@@ -30,8 +30,21 @@ timeout 120 rabbitmqctl -q list_queues name 2>/dev/null | grep -E '^(t[0-9a-z]{2
 VID_PROFILE=test target/debug/api storage-setup >/dev/null
 rm -rf .local/test-logs
 
-scripts/validate-deploy.sh
+# Each step runs even when an earlier one failed; the run fails if any did.
+failed=()
+step() { echo "==> $*"; "$@" || failed+=("$*"); }
+step scripts/validate-deploy.sh
 # The api against its own OpenAPI document (schemathesis, bounded; `make fuzz` runs more).
-scripts/fuzz-api.sh
+step scripts/fuzz-api.sh
+# The console in headless Chromium through Playwright, against the real stack.
+[ -x scripts/console-test.sh ] && step scripts/console-test.sh
+# The small chaos run (kills, broker and database restarts, receivers down) on its own
+# private PostgreSQL and RabbitMQ, so the shared ones are never restarted.
+[ -x scripts/chaos.sh ] && step scripts/chaos.sh --small
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
-cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
+step cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'make test: FAILED step: %s\n' "${failed[@]}" >&2
+    exit 1
+fi
+echo "make test: every step passed"

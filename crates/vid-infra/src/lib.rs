@@ -5,9 +5,11 @@
 //! - [`amqp`]: the one place that declares the RabbitMQ topology, plus a
 //!   confirmed publisher;
 //! - [`storage`]: the aws-sdk-s3 client, configured for self-hosted S3 stores;
-//! - [`telemetry`]: tracing set-up (pretty in development, JSON in production).
+//! - [`telemetry`]: tracing set-up (pretty in development, JSON in production);
+//! - [`metrics`]: the Prometheus recorder behind the `metrics` facade.
 
 pub mod amqp;
+pub mod metrics;
 pub mod settings;
 pub mod storage;
 pub mod telemetry;
