@@ -1,0 +1,444 @@
+// The web console (issue 9) in Debian's headless Chromium, driven with
+// playwright-core, against the real api, transcoder and webhook-dispatcher
+// that scripts/console-test.sh started. Every step asserts what the page
+// shows and saves a screenshot to $CONSOLE_OUT.
+//
+// Environment (set by scripts/console-test.sh):
+//   CONSOLE_API_URL   http://127.0.0.1:<port> of the api
+//   CONSOLE_API_KEY   an API key of a fresh tenant
+//   CONSOLE_VIDCTL    path of target/debug/vidctl
+//   CONSOLE_VIDEO     the sample video to upload
+//   CONSOLE_OUT       where screenshots go
+//   CHROMIUM          the browser (default /usr/bin/chromium)
+//
+// It runs its own webhook receiver on 127.0.0.1 whose status code the test
+// switches (500, then 200). Every request the browser makes to anything but
+// loopback is aborted and fails the test.
+
+import { execFile } from 'node:child_process';
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
+import http from 'node:http';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { chromium } from 'playwright-core';
+
+const env = (name, fallback) => {
+  const v = process.env[name] ?? fallback;
+  if (v === undefined) throw new Error(`${name} is not set (run scripts/console-test.sh)`);
+  return v;
+};
+const API_URL = env('CONSOLE_API_URL');
+const API_KEY = env('CONSOLE_API_KEY');
+const VIDCTL = env('CONSOLE_VIDCTL');
+const VIDEO = env('CONSOLE_VIDEO');
+const OUT = env('CONSOLE_OUT');
+const CHROMIUM = env('CHROMIUM', '/usr/bin/chromium');
+mkdirSync(OUT, { recursive: true });
+
+const started = Date.now();
+const secs = () => ((Date.now() - started) / 1000).toFixed(1);
+function assert(cond, message) {
+  if (!cond) throw new Error(`assertion failed: ${message}`);
+}
+
+// ------------------------------------------------------------- receiver --
+/**
+ * A loopback webhook receiver: `/hook` answers `receiver.status`, `/gone`
+ * answers `receiver.goneStatus` (410 Gone disables an endpoint at once).
+ * Records every request.
+ */
+const receiver = { status: 500, goneStatus: 410, requests: [] };
+const server = http.createServer((req, res) => {
+  const chunks = [];
+  req.on('data', (c) => chunks.push(c));
+  req.on('end', () => {
+    const status = req.url === '/gone' ? receiver.goneStatus : receiver.status;
+    receiver.requests.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), answered: status });
+    res.writeHead(status, { 'content-type': 'text/plain' });
+    res.end(status >= 500 ? 'receiver is failing on purpose' : 'ok');
+  });
+});
+await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+const HOOK_URL = `http://127.0.0.1:${server.address().port}/hook`;
+const GONE_URL = `http://127.0.0.1:${server.address().port}/gone`;
+
+/** Checks a `Webhook-Signature: t=…,v1=…` header against a `whsec_` secret (HMAC key = decoded bytes). */
+function signatureValid(secret, header, body) {
+  const parts = header.split(',').map((p) => p.split('='));
+  const t = parts.find(([k]) => k === 't')?.[1];
+  const key = Buffer.from(secret.replace(/^whsec_/, ''), 'base64');
+  const want = createHmac('sha256', key).update(`${t}.${body}`).digest();
+  return parts.filter(([k]) => k === 'v1').some(([, v]) => {
+    const got = Buffer.from(v, 'hex');
+    return got.length === want.length && timingSafeEqual(got, want);
+  });
+}
+
+// -------------------------------------------------------------- browser --
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-background-networking',
+    '--disable-quic', '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-default-apps'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, locale: 'en-GB', timezoneId: 'UTC' });
+const blocked = [];
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
+await context.route('**/*', (route) => {
+  const url = new URL(route.request().url());
+  if (LOOPBACK.has(url.hostname)) return route.continue();
+  blocked.push(url.href);
+  return route.abort('blockedbyclient');
+});
+const page = await context.newPage();
+page.setDefaultTimeout(20_000);
+const pageErrors = [];
+page.on('pageerror', (e) => pageErrors.push(`pageerror: ${e.message}`));
+page.on('console', (m) => {
+  if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
+});
+const requests = [];
+page.on('request', (r) => requests.push(`${r.method()} ${r.url()}`));
+
+let shot = 0;
+async function screenshot(name) {
+  shot += 1;
+  const path = join(OUT, `${String(shot).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  console.log(`    screenshot ${path}`);
+}
+
+async function step(name, fn) {
+  const t = Date.now();
+  console.log(`[${secs()} s] ${name}`);
+  await fn();
+  console.log(`    ok (${((Date.now() - t) / 1000).toFixed(1)} s)`);
+}
+
+/** Waits until `fn()` is truthy (polling), or fails with `what`. */
+async function eventually(what, fn, timeoutMs = 60_000, everyMs = 250) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+    } catch (e) {
+      if (e.fatal) throw e;
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs / 1000} s waiting for ${what} (last: ${last})`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+const heading = () => page.locator('main h1');
+/** A link of the main navigation. */
+const nav = (name) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
+let endpointId;
+let goneEndpointId;
+let secret;
+let operationId;
+let videoId;
+let deliveryId;
+let eventId;
+
+try {
+  await step('the console is served with a Content-Security-Policy and no inline script', async () => {
+    const resp = await fetch(`${API_URL}/console/`);
+    assert(resp.status === 200, `GET /console/ answered ${resp.status}`);
+    const csp = resp.headers.get('content-security-policy') || '';
+    assert(csp.includes("script-src 'self'") && !csp.includes('unsafe-inline'), `CSP: ${csp}`);
+    const html = await resp.text();
+    assert(!/<script(?![^>]*\bsrc=)[^>]*>/i.test(html), 'index.html has an inline script');
+    const redirect = await fetch(`${API_URL}/console`, { redirect: 'manual' });
+    assert(redirect.status === 308 && redirect.headers.get('location') === '/console/', `GET /console: ${redirect.status}`);
+  });
+
+  await step('1. sign in (a wrong key shows the problem; the right one is kept for the session only)', async () => {
+    await page.goto(`${API_URL}/console`);
+    await heading().filter({ hasText: 'Sign in' }).waitFor();
+    await page.getByLabel('API key').fill('vidk_not_a_real_key');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    const problem = page.locator('main .problem');
+    await problem.waitFor();
+    const text = await problem.innerText();
+    assert(/Unauthorized/.test(text) && /API key/i.test(text), `the 401 problem shows title and detail: ${text}`);
+    await screenshot('sign-in-refused');
+    await page.getByLabel('API key').fill(API_KEY);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await heading().filter({ hasText: 'Endpoints' }).waitFor();
+    assert(await page.getByRole('navigation', { name: 'Main' }).isVisible(), 'navigation is shown');
+    const html = await page.content();
+    assert(!html.includes(API_KEY), 'the API key is never displayed again');
+    const stored = await page.evaluate(() => ({ session: JSON.stringify(sessionStorage), local: JSON.stringify(localStorage) }));
+    assert(stored.session.includes(API_KEY), 'the key is in sessionStorage');
+    assert(!stored.local.includes(API_KEY), 'the key is not in localStorage');
+    assert(!document_cookie_has_key(await context.cookies()), 'the key is not in a cookie');
+    await screenshot('endpoints-empty');
+  });
+
+  await step('2. create an endpoint pointing at a loopback receiver that fails (500); the secret is shown once', async () => {
+    await page.getByLabel('Endpoint URL').fill(HOOK_URL);
+    await page.getByLabel('Description (optional)').fill('console test receiver');
+    await page.getByRole('button', { name: 'Create endpoint' }).click();
+    const panel = page.getByTestId('secret-panel');
+    await panel.waitFor();
+    secret = (await panel.locator('code.secret').innerText()).trim();
+    assert(/^whsec_[A-Za-z0-9+/=]{32,}$/.test(secret), `a whsec_ secret is shown: ${secret}`);
+    assert(/shown only this once/.test(await panel.innerText()), 'the panel says the secret is shown once');
+    const row = page.locator('tr[data-endpoint-id]').filter({ hasText: HOOK_URL });
+    await row.waitFor();
+    endpointId = await row.getAttribute('data-endpoint-id');
+    assert(/^ep_/.test(endpointId), `endpoint id ${endpointId}`);
+    assert((await row.locator('[data-status]').innerText()) === 'enabled', 'the new endpoint is enabled');
+    assert(/no attempts yet/.test(await row.innerText()), 'no delivery yet');
+    await screenshot('endpoint-created-secret-once');
+    await panel.getByRole('button', { name: 'Done' }).click();
+    await page.reload();
+    await heading().filter({ hasText: 'Endpoints' }).waitFor();
+    await page.locator(`tr[data-endpoint-id="${endpointId}"]`).waitFor();
+    assert(!(await page.content()).includes(secret), 'the secret is not shown again');
+    // A second endpoint, answering 410 Gone, for the disable/enable step.
+    await page.getByLabel('Endpoint URL').fill(GONE_URL);
+    await page.getByRole('button', { name: 'Create endpoint' }).click();
+    const gone = page.locator('tr[data-endpoint-id]').filter({ hasText: GONE_URL });
+    await gone.waitFor();
+    goneEndpointId = await gone.getAttribute('data-endpoint-id');
+    await page.getByTestId('secret-panel').getByRole('button', { name: 'Done' }).click();
+  });
+
+  await step('3. upload a sample video with vidctl', async () => {
+    const { stdout } = await promisify(execFile)(VIDCTL, ['--json', 'upload', VIDEO], {
+      env: { ...process.env, VIDCTL_API_URL: API_URL, VIDCTL_API_KEY: API_KEY },
+      timeout: 120_000,
+    });
+    const report = JSON.parse(stdout);
+    operationId = report.operation_id;
+    videoId = report.video_id;
+    assert(/^op_/.test(operationId) && /^vid_/.test(videoId), `vidctl answered ${stdout}`);
+    console.log(`    operation ${operationId}, video ${videoId}`);
+  });
+
+  await step('4. the Operations page follows the operation live until it succeeds', async () => {
+    await nav('Operations').click();
+    await heading().filter({ hasText: 'Operations' }).waitFor();
+    const row = page.locator(`tr[data-operation-id="${operationId}"]`);
+    await row.waitFor();
+    const seen = [];
+    let midShot = false;
+    await eventually('the operation to show succeeded', async () => {
+      const status = await row.getAttribute('data-operation-status');
+      const progress = Number(await row.locator('progress').getAttribute('value'));
+      const label = `${status} ${progress}%`;
+      if (seen[seen.length - 1] !== label) seen.push(label);
+      if (status === 'failed' || status === 'cancelled') {
+        throw Object.assign(new Error(`the operation ended ${status}: ${await row.innerText()}`), { fatal: true });
+      }
+      if (!midShot && status === 'running') {
+        midShot = true;
+        await screenshot('operation-running');
+      }
+      return status === 'succeeded';
+    }, 240_000, 200);
+    console.log(`    states seen without reloading: ${seen.join(' → ')}`);
+    assert((await row.locator('progress').getAttribute('value')) === '100', 'the progress bar is full');
+    assert((await row.innerText()).includes('100%'), 'the row says 100%');
+    assert(await row.getByRole('button', { name: /Cancel/ }).count() === 0, 'no Cancel on a terminal operation');
+    const streamed = requests.some((r) => r.includes(`/operations/${operationId}/events`));
+    const wasLive = seen.length > 1 || streamed;
+    assert(wasLive, `the page updated while the operation ran (seen ${seen}, SSE ${streamed})`);
+    console.log(`    followed over Server-Sent Events: ${streamed}`);
+    await screenshot('operations-succeeded');
+  });
+
+  await step('the Video page shows the source metadata, the poster and playable renditions', async () => {
+    await page.locator(`tr[data-operation-id="${operationId}"]`).getByRole('link', { name: videoId }).click();
+    await page.getByTestId('source-metadata').waitFor();
+    const meta = await page.getByTestId('source-metadata').innerText();
+    assert(/h264/i.test(meta) && /×/.test(meta), `source metadata: ${meta}`);
+    const videos = page.locator('figure[data-rendition] video');
+    const n = await videos.count();
+    assert(n >= 1, 'at least one rendition');
+    const poster = page.locator('figure.poster img');
+    await eventually('the poster to load', () => poster.evaluate((img) => img.complete && img.naturalWidth > 0), 20_000);
+    // The first rendition plays from its presigned URL (Chromium decodes H.264/AAC).
+    const played = await videos.first().evaluate((v) => new Promise((resolve) => {
+      if (v.readyState >= 1) return resolve({ ok: true, duration: v.duration });
+      v.addEventListener('loadedmetadata', () => resolve({ ok: true, duration: v.duration }), { once: true });
+      v.addEventListener('error', () => resolve({ ok: false, error: v.error && v.error.code }), { once: true });
+      v.load();
+      setTimeout(() => resolve({ ok: false, error: 'timeout' }), 15_000);
+    }));
+    assert(played.ok && played.duration > 0, `the rendition loads in <video>: ${JSON.stringify(played)}`);
+    console.log(`    ${n} renditions; the first one loaded, ${played.duration.toFixed(1)} s`);
+    await screenshot('video');
+  });
+
+  await step('5. the endpoint shows the failed delivery with its status code 500', async () => {
+    await nav('Endpoints').click();
+    await heading().filter({ hasText: 'Endpoints' }).waitFor();
+    await page.locator(`tr[data-endpoint-id="${endpointId}"]`).getByRole('link', { name: HOOK_URL }).click();
+    await heading().filter({ hasText: HOOK_URL }).waitFor();
+    const ready = page.locator('tr[data-delivery-id]').filter({ hasText: 'video.ready' });
+    await eventually('the video.ready delivery to be failed', async () => (await ready.getAttribute('data-delivery-status')) === 'failed', 90_000);
+    deliveryId = await ready.getAttribute('data-delivery-id');
+    eventId = (await ready.locator('a.mono').innerText()).trim();
+    assert((await ready.locator('[data-http-status]').innerText()) === 'HTTP 500', 'its last result is HTTP 500');
+    const ids = await page.locator('tr[data-delivery-id]').evaluateAll((rs) => rs.map((r) => r.dataset.deliveryId));
+    assert(ids.length >= 2 && ids.every((id, i) => i === 0 || ids[i - 1] > id), `newest first: ${ids}`);
+    await ready.getByRole('button', { name: /attempts of delivery/ }).click();
+    const attempts = page.locator(`#attempts-${deliveryId} tr[data-attempt]`);
+    const count = await attempts.count();
+    assert(count >= 2, `several attempts are listed (${count})`);
+    const first = await attempts.first().innerText();
+    assert(/HTTP 500/.test(first) && /receiver is failing on purpose/.test(first) && /\d+ ms/.test(first), `an attempt shows status, snippet and duration: ${first}`);
+    await screenshot('endpoint-failed-delivery');
+    // Filters: by status and by event type.
+    await page.getByLabel('Event type').selectOption('video.processing');
+    await eventually('the event type filter', async () => {
+      const types = await page.locator('tr[data-delivery-id] td:nth-child(2) div').allInnerTexts();
+      return types.length > 0 && types.every((t) => t === 'video.processing');
+    }, 10_000);
+    await page.getByLabel('Event type').selectOption('');
+    await page.getByLabel('Status').selectOption('succeeded');
+    await page.getByText('No deliveries match.').waitFor();
+    await page.getByLabel('Status').selectOption('failed');
+    await eventually('the status filter', async () => (await page.locator('tr[data-delivery-id]').count()) >= 1
+      && (await page.locator('tr[data-delivery-id]').evaluateAll((rs) => rs.every((r) => r.dataset.deliveryStatus === 'failed'))), 10_000);
+    await page.getByLabel('Status').selectOption('');
+  });
+
+  await step('6. make the receiver succeed, press Resend, and see the delivery succeed', async () => {
+    receiver.status = 200;
+    const before = receiver.requests.length;
+    const row = page.locator(`tr[data-delivery-id="${deliveryId}"]`);
+    await row.getByRole('button', { name: 'Resend' }).click();
+    await page.getByRole('status').filter({ hasText: 'will be sent again' }).waitFor();
+    await eventually('the resent delivery to show succeeded', async () => (await row.getAttribute('data-delivery-status')) === 'succeeded', 60_000);
+    assert((await row.locator('[data-http-status]').innerText()) === 'HTTP 200', 'its last result is HTTP 200');
+    const got = receiver.requests.slice(before).find((r) => r.answered === 200);
+    assert(got, 'the receiver got the resent delivery');
+    assert(got.headers['webhook-id'] === eventId, `same event id: ${got.headers['webhook-id']} vs ${eventId}`);
+    assert(signatureValid(secret, got.headers['webhook-signature'], got.body), 'the signature verifies with the secret shown at creation');
+    const attempts = page.locator(`#attempts-${deliveryId} tr[data-attempt]`);
+    assert(/HTTP 200/.test(await attempts.last().innerText()), 'the new attempt is listed with HTTP 200');
+    await screenshot('endpoint-resent-succeeded');
+  });
+
+  await step('the Endpoints list shows the success rate and last attempt; rotate shows a new secret once', async () => {
+    await nav('Endpoints').click();
+    const row = page.locator(`tr[data-endpoint-id="${endpointId}"]`);
+    await row.waitFor();
+    const rate = await row.getByTestId('success-rate').innerText();
+    assert(/^\d+%/.test(rate) && /1 of \d+/.test(rate), `success rate: ${rate}`);
+    assert((await row.locator('[data-http-status]').innerText()) === 'HTTP 200', 'last attempt HTTP 200');
+    await row.getByRole('button', { name: /Rotate the secret/ }).click();
+    const panel = page.getByTestId('secret-panel');
+    await panel.waitFor();
+    const rotated = (await panel.locator('code.secret').innerText()).trim();
+    assert(/^whsec_/.test(rotated) && rotated !== secret, 'a new secret is shown');
+    await screenshot('endpoints-health-rotated');
+  });
+
+  await step('an endpoint that answered 410 is shown disabled with its reason; Enable delivers its paused backlog', async () => {
+    const row = page.locator(`tr[data-endpoint-id="${goneEndpointId}"]`);
+    await eventually('the 410 endpoint to show disabled', async () => {
+      await nav('Endpoints').click();
+      await heading().filter({ hasText: 'Endpoints' }).waitFor();
+      await row.waitFor();
+      return (await row.locator('[data-status]').innerText()) === 'disabled';
+    }, 60_000, 1000);
+    const text = await row.innerText();
+    assert(/410/.test(text), `the reason is shown: ${text}`);
+    assert((await row.locator('[data-http-status]').innerText()) === 'HTTP 410', 'last attempt HTTP 410');
+    await screenshot('endpoint-disabled');
+    receiver.goneStatus = 200;
+    await row.getByRole('button', { name: /^Enable/ }).click();
+    await page.getByRole('status').filter({ hasText: 'is enabled' }).waitFor();
+    await eventually('the endpoint to show enabled', async () => (await row.locator('[data-status]').innerText()) === 'enabled', 10_000);
+    assert(await row.getByRole('button', { name: /^Enable/ }).count() === 0, 'no Enable button on an enabled endpoint');
+    await row.getByRole('link', { name: GONE_URL }).click();
+    const ready = page.locator('tr[data-delivery-id]').filter({ hasText: 'video.ready' });
+    await eventually('the paused video.ready delivery to succeed after enabling', async () => (await ready.getAttribute('data-delivery-status')) === 'succeeded', 60_000);
+    await screenshot('endpoint-enabled-backlog-delivered');
+  });
+
+  await step('the Events page lists the events with their resource and payload', async () => {
+    await nav('Events').click();
+    await heading().filter({ hasText: 'Events' }).waitFor();
+    const row = page.locator(`tr[data-event-id="${eventId}"]`);
+    await row.waitFor();
+    assert((await row.innerText()).includes('video.ready') && (await row.innerText()).includes(videoId), 'type and resource shown');
+    assert(await page.locator('tr[data-event-id]').filter({ hasText: 'video.processing' }).count() === 1, 'video.processing listed');
+    const disabled = page.locator('tr[data-event-id]').filter({ hasText: 'webhook_endpoint.disabled' });
+    assert((await disabled.innerText()).includes(goneEndpointId), 'the disabled event names its endpoint');
+    await row.getByRole('button', { name: 'Show payload' }).click();
+    const payload = JSON.parse(await page.locator(`#payload-${eventId} pre`).innerText());
+    assert(payload.id === eventId && payload.type === 'video.ready' && payload.data.video_id === videoId, 'the payload');
+    await screenshot('events');
+  });
+
+  await step('Cancel stops an operation that is not terminal', async () => {
+    // A longer clip (the sample looped, no re-encoding) so the transcode is still going when Cancel is pressed.
+    const long = join(OUT, 'long.mp4');
+    await promisify(execFile)('ffmpeg', ['-hide_banner', '-loglevel', 'error', '-y', '-stream_loop', '11', '-i', VIDEO, '-c', 'copy', long]);
+    const { stdout } = await promisify(execFile)(VIDCTL, ['--json', 'upload', long], {
+      env: { ...process.env, VIDCTL_API_URL: API_URL, VIDCTL_API_KEY: API_KEY },
+      timeout: 120_000,
+    });
+    rmSync(long, { force: true });
+    const op = JSON.parse(stdout).operation_id;
+    await nav('Operations').click();
+    const row = page.locator(`tr[data-operation-id="${op}"]`);
+    await row.waitFor();
+    const status = await row.getAttribute('data-operation-status');
+    assert(status === 'pending' || status === 'running', `the operation is still going (${status})`);
+    await row.getByRole('button', { name: `Cancel operation ${op}` }).click();
+    await eventually('the operation to show cancelled', async () => (await row.getAttribute('data-operation-status')) === 'cancelled', 30_000);
+    assert(await row.getByRole('button', { name: /Cancel/ }).count() === 0, 'no Cancel on a cancelled operation');
+    await screenshot('operation-cancelled');
+  });
+
+  await step('an API error shows its problem title and detail, never a blank page', async () => {
+    await page.goto(`${API_URL}/console/#/videos/vid_01jzzzzzzzzzzzzzzzzzzzzzzz`);
+    const problem = page.locator('main .problem');
+    await problem.waitFor();
+    const text = await problem.innerText();
+    assert(/Not found/.test(text) && /not found/.test(text.replace('Not found', '')), `problem shown: ${text}`);
+    assert(await heading().count() === 1, 'the page keeps a heading');
+    await screenshot('error-problem');
+  });
+
+  await step('accessibility basics: every control is labelled, actions are real buttons', async () => {
+    for (const hash of ['#/endpoints', `#/endpoints/${endpointId}`, '#/operations', '#/events', `#/videos/${videoId}`]) {
+      await page.goto(`${API_URL}/console/${hash}`);
+      await page.locator('main h1').first().waitFor();
+      await page.waitForTimeout(300);
+      const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button, progress, video')]
+        .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute('aria-label') && !el.closest('label') && !(el.textContent || '').trim())
+        .map((el) => el.outerHTML.slice(0, 80)));
+      assert(unlabelled.length === 0, `${hash}: unlabelled controls ${unlabelled}`);
+      const fakeButtons = await page.locator('[onclick], a:not([href]), div[role=button], span[role=button]').count();
+      assert(fakeButtons === 0, `${hash}: clickable non-buttons`);
+    }
+  });
+
+  assert(pageErrors.length === 0, `errors in the page:\n${pageErrors.join('\n')}`);
+  assert(blocked.length === 0, `requests outside loopback were attempted and blocked: ${blocked}`);
+  console.log(`console test: every step passed in ${secs()} s (screenshots in ${OUT})`);
+} catch (e) {
+  console.error(`console test FAILED at ${secs()} s: ${e.stack || e}`);
+  if (pageErrors.length) console.error(`errors in the page:\n${pageErrors.join('\n')}`);
+  try { await screenshot('failure'); } catch { /* the page may be gone */ }
+  process.exitCode = 1;
+} finally {
+  await browser.close().catch(() => {});
+  server.close();
+  server.closeAllConnections?.();
+}
+
+function document_cookie_has_key(cookies) {
+  return cookies.some((c) => c.value.includes(API_KEY));
+}
