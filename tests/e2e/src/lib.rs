@@ -335,3 +335,142 @@ pub fn temp_dir() -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+// ---------------------------------------------------------------------------
+// Helpers for the chaos run (issue 11, `src/bin/chaos.rs`).
+// ---------------------------------------------------------------------------
+
+impl Stack {
+    /// Like [`Stack::start`], but on an existing, already migrated database
+    /// (`database_url`) instead of a fresh one on the shared server, with the
+    /// services' logs in `log_dir`, and without waiting for the api (the
+    /// caller polls `/healthz` with its own deadline). The chaos run uses it to put the platform
+    /// on a private PostgreSQL and RabbitMQ (`VID__AMQP__URL` in `extra_env`)
+    /// that it may restart.
+    pub async fn start_on(database_url: String, log_dir: PathBuf, extra_env: &[(&str, &str)]) -> Stack {
+        let prefix = vid_testkit::unique_prefix();
+        let port = free_port();
+        let root = vid_testkit::repo_root();
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let mut env: Vec<(String, String)> = vid_testkit::stack_env().into_iter().collect();
+        env.extend([
+            ("VID_PROFILE".into(), "test".into()),
+            ("VID_CONFIG_DIR".into(), root.join("config").display().to_string()),
+            ("VID__DATABASE__URL".into(), database_url.clone()),
+            ("VID__AMQP__PREFIX".into(), prefix.clone()),
+            ("VID__API__LISTEN".into(), format!("127.0.0.1:{port}")),
+            ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+            ("VID__TRANSCODER__WORK_DIR".into(), std::env::temp_dir().join(format!("vid-{prefix}")).display().to_string()),
+            ("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+        ]);
+        for (k, v) in extra_env {
+            env.push(((*k).into(), (*v).into()));
+        }
+        let mut stack = Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir };
+        // With `VID__TELEMETRY__*` raised in `extra_env`, log lines precede the key on stdout.
+        let out = stack.create_tenant("chaos");
+        stack.api_key = out.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();
+        for name in ["api", "transcoder", "webhook-dispatcher"] {
+            stack.spawn(name);
+        }
+        stack
+    }
+
+    /// The process id of a running service started by this stack.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.children.get(name).map(Child::id)
+    }
+
+    /// `Some(status)` if the service exited by itself (it was not [`kill`](Stack::kill)ed).
+    pub fn exited(&mut self, name: &str) -> Option<std::process::ExitStatus> {
+        self.children.get_mut(name).and_then(|c| c.try_wait().ok().flatten())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers for the shutdown and scaling tests (issue 8: tests/shutdown.rs, tests/scaling.rs).
+// ---------------------------------------------------------------------------
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+pub fn free_local_port() -> u16 {
+    free_port()
+}
+
+impl Stack {
+    /// Starts one more replica of service `name` (`api`, `transcoder` or
+    /// `webhook-dispatcher`) on the stack's database and prefix, under the key
+    /// `replica` (for [`Stack::pid`], [`Stack::kill`], [`Stack::terminate`];
+    /// log in `<replica>.log`), with its own listen port (and work dir).
+    /// Returns the replica's HTTP address: `http://127.0.0.1:<port>` of the
+    /// api, or of the worker's health server (`/healthz`, `/readyz`, `/metrics`).
+    pub fn spawn_replica(&mut self, name: &'static str, replica: &'static str) -> String {
+        let port = free_port();
+        let overrides: Vec<(String, String)> = match name {
+            "api" => vec![("VID__API__LISTEN".into(), format!("127.0.0.1:{port}"))],
+            "transcoder" => vec![
+                ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{port}")),
+                (
+                    "VID__TRANSCODER__WORK_DIR".into(),
+                    std::env::temp_dir().join(format!("vid-{}-{replica}", vid_testkit::unique_prefix())).display().to_string(),
+                ),
+            ],
+            "webhook-dispatcher" => vec![("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{port}"))],
+            other => panic!("no such service: {other}"),
+        };
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_dir.join(format!("{replica}.log"))).unwrap();
+        let mut cmd = self.command(name);
+        cmd.envs(overrides).stdout(log.try_clone().unwrap()).stderr(log);
+        self.children.insert(replica, cmd.spawn().unwrap());
+        format!("http://127.0.0.1:{port}")
+    }
+
+    /// The HTTP address of the first transcoder's health server (`/metrics` too).
+    pub fn transcoder_health_url(&self) -> String {
+        format!("http://{}", self.env_value("VID__TRANSCODER__HEALTH_LISTEN").expect("set by Stack::start"))
+    }
+
+    /// Sends a real SIGTERM to a running service (`kill -TERM <pid>`).
+    /// Panics if the service is not running.
+    pub fn terminate(&self, name: &str) {
+        let pid = self.pid(name).unwrap_or_else(|| panic!("{name} is not running"));
+        let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill runs");
+        assert!(status.success(), "kill -TERM {pid} failed");
+    }
+
+    /// Waits until the service exits by itself; its status, or `None` if it
+    /// still runs after `timeout`.
+    pub async fn wait_exit(&mut self, name: &str, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited(name) {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Everything the service (or replica) `name` logged so far.
+    pub fn log_of(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log_dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+}
+
+/// The value of one Prometheus sample in a `/metrics` page: the line whose
+/// name is `name` and whose labels include every `labels` pair (any order,
+/// other labels allowed); summed over all such lines; 0 when none.
+pub fn metric_value(page: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (n, rest) = match series.find('{') {
+                Some(i) => (&series[..i], &series[i..]),
+                None => (series, ""),
+            };
+            (n == name && labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
