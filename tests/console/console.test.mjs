@@ -17,7 +17,8 @@
 
 import { execFile } from 'node:child_process';
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import http from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -49,6 +50,8 @@ function assert(cond, message) {
  * Records every request.
  */
 const receiver = { status: 500, goneStatus: 410, requests: [] };
+/** Markup an attacker controls (a response body, a description, a filename): it must show as text. */
+const XSS = '<img src=x onerror=alert(1)></script><script>alert(1)</script>';
 const server = http.createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
@@ -56,7 +59,7 @@ const server = http.createServer((req, res) => {
     const status = req.url === '/gone' ? receiver.goneStatus : receiver.status;
     receiver.requests.push({ path: req.url, headers: req.headers, body: Buffer.concat(chunks).toString('utf8'), answered: status });
     res.writeHead(status, { 'content-type': 'text/plain' });
-    res.end(status >= 500 ? 'receiver is failing on purpose' : 'ok');
+    res.end(status >= 500 ? `receiver is failing on purpose ${XSS}` : 'ok');
   });
 });
 await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -95,6 +98,7 @@ const page = await context.newPage();
 page.setDefaultTimeout(20_000);
 const pageErrors = [];
 page.on('pageerror', (e) => pageErrors.push(`pageerror: ${e.message}`));
+page.on('dialog', (d) => { pageErrors.push(`dialog (script ran): ${d.message()}`); d.dismiss().catch(() => {}); });
 page.on('console', (m) => {
   if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
 });
@@ -134,6 +138,18 @@ async function eventually(what, fn, timeoutMs = 60_000, everyMs = 250) {
 }
 
 const heading = () => page.locator('main h1');
+/** Fails if markup from the api became elements (an XSS payload must stay text). */
+async function noInjectedMarkup(where) {
+  const injected = await page.evaluate(() => document.querySelectorAll('main img[src="x"], main script, [onerror], [onload]').length);
+  assert(injected === 0, `${where}: api text was rendered as markup (${injected} elements)`);
+}
+/** Fails if the page is wider than the window (a long unbroken string must wrap). */
+async function noSidewaysScroll(where) {
+  const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  assert(scroll <= inner, `${where}: the page is ${scroll} px wide in a ${inner} px window`);
+}
+/** The `data-key` of the focused element (keyboard focus must not fall back to <body>). */
+const focused = () => page.evaluate(() => document.activeElement?.dataset?.key || document.activeElement?.tagName);
 /** A link of the main navigation. */
 const nav = (name) => page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true });
 let endpointId;
@@ -143,6 +159,8 @@ let operationId;
 let videoId;
 let deliveryId;
 let eventId;
+let linkDir;
+const FILENAME = '<img src=x onerror=alert(1)> ünï 😀';
 
 try {
   await step('the console is served with a Content-Security-Policy and no inline script', async () => {
@@ -150,6 +168,7 @@ try {
     assert(resp.status === 200, `GET /console/ answered ${resp.status}`);
     const csp = resp.headers.get('content-security-policy') || '';
     assert(csp.includes("script-src 'self'") && !csp.includes('unsafe-inline'), `CSP: ${csp}`);
+    assert(csp.includes("require-trusted-types-for 'script'"), `CSP enforces Trusted Types: ${csp}`);
     const html = await resp.text();
     assert(!/<script(?![^>]*\bsrc=)[^>]*>/i.test(html), 'index.html has an inline script');
     const redirect = await fetch(`${API_URL}/console`, { redirect: 'manual' });
@@ -166,6 +185,10 @@ try {
     const text = await problem.innerText();
     assert(/Unauthorized/.test(text) && /API key/i.test(text), `the 401 problem shows title and detail: ${text}`);
     await screenshot('sign-in-refused');
+    // A key that cannot be sent as a header is refused as such, not as a "network error".
+    await page.getByLabel('API key').fill('vidk_ünïcødé 😀');
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.locator('main .problem').filter({ hasText: 'Not an API key' }).waitFor();
     await page.getByLabel('API key').fill(API_KEY);
     await page.getByRole('button', { name: 'Sign in' }).click();
     await heading().filter({ hasText: 'Endpoints' }).waitFor();
@@ -181,7 +204,8 @@ try {
 
   await step('2. create an endpoint pointing at a loopback receiver that fails (500); the secret is shown once', async () => {
     await page.getByLabel('Endpoint URL').fill(HOOK_URL);
-    await page.getByLabel('Description (optional)').fill('console test receiver');
+    // A description with markup and a long unbroken word: shown as text, wrapped.
+    await page.getByLabel('Description (optional)').fill(`console test receiver ${XSS} ${'x'.repeat(400)}`);
     await page.getByRole('button', { name: 'Create endpoint' }).click();
     const panel = page.getByTestId('secret-panel');
     await panel.waitFor();
@@ -194,6 +218,9 @@ try {
     assert(/^ep_/.test(endpointId), `endpoint id ${endpointId}`);
     assert((await row.locator('[data-status]').innerText()) === 'enabled', 'the new endpoint is enabled');
     assert(/no attempts yet/.test(await row.innerText()), 'no delivery yet');
+    assert((await row.innerText()).includes(XSS), 'the description is shown as text');
+    await noInjectedMarkup('endpoints');
+    await noSidewaysScroll('endpoints');
     await screenshot('endpoint-created-secret-once');
     await panel.getByRole('button', { name: 'Done' }).click();
     await page.reload();
@@ -209,8 +236,11 @@ try {
     await page.getByTestId('secret-panel').getByRole('button', { name: 'Done' }).click();
   });
 
-  await step('3. upload a sample video with vidctl', async () => {
-    const { stdout } = await promisify(execFile)(VIDCTL, ['--json', 'upload', VIDEO], {
+  await step('3. upload a sample video with vidctl (under a filename with markup)', async () => {
+    linkDir = mkdtempSync(join(tmpdir(), 'vid-console-'));
+    const hostile = join(linkDir, `${FILENAME}.mp4`);
+    symlinkSync(VIDEO, hostile);
+    const { stdout } = await promisify(execFile)(VIDCTL, ['--json', 'upload', hostile], {
       env: { ...process.env, VIDCTL_API_URL: API_URL, VIDCTL_API_KEY: API_KEY },
       timeout: 120_000,
     });
@@ -256,6 +286,8 @@ try {
   await step('the Video page shows the source metadata, the poster and playable renditions', async () => {
     await page.locator(`tr[data-operation-id="${operationId}"]`).getByRole('link', { name: videoId }).click();
     await page.getByTestId('source-metadata').waitFor();
+    assert((await heading().innerText()) === `${FILENAME}.mp4`, `the filename is the heading, as text: ${await heading().innerText()}`);
+    await noInjectedMarkup('video');
     const meta = await page.getByTestId('source-metadata').innerText();
     assert(/h264/i.test(meta) && /×/.test(meta), `source metadata: ${meta}`);
     const videos = page.locator('figure[data-rendition] video');
@@ -294,6 +326,9 @@ try {
     assert(count >= 2, `several attempts are listed (${count})`);
     const first = await attempts.first().innerText();
     assert(/HTTP 500/.test(first) && /receiver is failing on purpose/.test(first) && /\d+ ms/.test(first), `an attempt shows status, snippet and duration: ${first}`);
+    assert((await attempts.first().locator('pre').innerText()).includes(XSS), 'the response snippet with markup is shown as text');
+    await noInjectedMarkup('endpoint detail');
+    await noSidewaysScroll('endpoint detail');
     await screenshot('endpoint-failed-delivery');
     // Filters: by status and by event type.
     await page.getByLabel('Event type').selectOption('video.processing');
@@ -314,8 +349,11 @@ try {
     receiver.status = 200;
     const before = receiver.requests.length;
     const row = page.locator(`tr[data-delivery-id="${deliveryId}"]`);
-    await row.getByRole('button', { name: 'Resend' }).click();
+    // By keyboard: focus stays on Resend although the list re-renders.
+    await row.getByRole('button', { name: 'Resend' }).focus();
+    await page.keyboard.press('Enter');
     await page.getByRole('status').filter({ hasText: 'will be sent again' }).waitFor();
+    await eventually('keyboard focus to stay on Resend', async () => (await focused()) === `resend:${deliveryId}`, 5_000);
     await eventually('the resent delivery to show succeeded', async () => (await row.getAttribute('data-delivery-status')) === 'succeeded', 60_000);
     assert((await row.locator('[data-http-status]').innerText()) === 'HTTP 200', 'its last result is HTTP 200');
     const got = receiver.requests.slice(before).find((r) => r.answered === 200);
@@ -395,7 +433,11 @@ try {
     await row.waitFor();
     const status = await row.getAttribute('data-operation-status');
     assert(status === 'pending' || status === 'running', `the operation is still going (${status})`);
-    await row.getByRole('button', { name: `Cancel operation ${op}` }).click();
+    // Focus on Cancel survives the live progress updates that re-render the row.
+    await row.getByRole('button', { name: `Cancel operation ${op}` }).focus();
+    await page.waitForTimeout(1500);
+    assert(await focused() === `cancel:${op}`, `keyboard focus stays on Cancel while the row updates (on ${await focused()})`);
+    await page.keyboard.press('Enter');
     await eventually('the operation to show cancelled', async () => (await row.getAttribute('data-operation-status')) === 'cancelled', 30_000);
     assert(await row.getByRole('button', { name: /Cancel/ }).count() === 0, 'no Cancel on a cancelled operation');
     await screenshot('operation-cancelled');
@@ -409,6 +451,53 @@ try {
     assert(/Not found/.test(text) && /not found/.test(text.replace('Not found', '')), `problem shown: ${text}`);
     assert(await heading().count() === 1, 'the page keeps a heading');
     await screenshot('error-problem');
+  });
+
+  await step('bad console addresses show Not found (no crash, no request outside the api\'s routes)', async () => {
+    for (const hash of ['#/endpoints/%', '#/videos/..', '#/events?id=..', '#/nope']) {
+      const before = requests.length;
+      await page.goto(`${API_URL}/console/${hash}`);
+      await page.locator('main .problem').filter({ hasText: /not found/i }).waitFor();
+      assert(await heading().count() === 1, `${hash}: the page keeps a heading`);
+      const stray = requests.slice(before).filter((r) => /^GET http:\/\/[^/]+\/(\?|$)/.test(r));
+      assert(stray.length === 0, `${hash}: requested the api root: ${stray}`);
+    }
+    // Signed in, the sign-in address goes to the first page.
+    await page.goto(`${API_URL}/console/#/signin`);
+    await heading().filter({ hasText: 'Endpoints' }).waitFor();
+  });
+
+  await step('a 401 while a page refreshes itself (a revoked key) signs out to the sign-in page', async () => {
+    await page.goto(`${API_URL}/console/#/endpoints/${endpointId}`);
+    await heading().filter({ hasText: HOOK_URL }).waitFor();
+    const revoked = (route) => route.fulfill({ status: 401, contentType: 'application/problem+json',
+      body: JSON.stringify({ type: '/problems/unauthorized', title: 'Unauthorized', status: 401, detail: 'unknown API key', code: 'unauthorized' }) });
+    await page.route('**/webhook-endpoints/**', revoked);
+    await heading().filter({ hasText: 'Sign in' }).waitFor({ timeout: 10_000 });
+    assert(/unknown API key/.test(await page.locator('#error').innerText()), 'the 401 problem is shown');
+    assert(await page.evaluate(() => sessionStorage.length) === 0, 'the refused key is forgotten');
+    await page.unroute('**/webhook-endpoints/**', revoked);
+    await page.getByLabel('API key').fill(API_KEY);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await heading().filter({ hasText: HOOK_URL }).waitFor();
+  });
+
+  await step('Sign out also forgets the key in tabs opened from the console', async () => {
+    const [other] = await Promise.all([page.waitForEvent('popup'), page.evaluate((u) => { window.open(u); }, `${API_URL}/console/#/operations`)]);
+    await other.locator('main h1').filter({ hasText: 'Operations' }).waitFor();
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await heading().filter({ hasText: 'Sign in' }).waitFor();
+    await other.locator('main h1').filter({ hasText: 'Sign in' }).waitFor({ timeout: 5_000 });
+    for (const p of [page, other]) {
+      const stored = await p.evaluate(() => JSON.stringify(sessionStorage) + JSON.stringify(localStorage));
+      assert(!stored.includes(API_KEY), 'no key stored after signing out');
+      assert(!(await p.content()).includes(API_KEY), 'no key in the page');
+    }
+    await other.close();
+    assert(!requests.some((r) => r.includes(API_KEY)), 'the key never appears in a URL');
+    await page.getByLabel('API key').fill(API_KEY);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await heading().filter({ hasText: 'Endpoints' }).waitFor();
   });
 
   await step('accessibility basics: every control is labelled, actions are real buttons', async () => {
@@ -434,6 +523,7 @@ try {
   try { await screenshot('failure'); } catch { /* the page may be gone */ }
   process.exitCode = 1;
 } finally {
+  if (linkDir) rmSync(linkDir, { recursive: true, force: true });
   await browser.close().catch(() => {});
   server.close();
   server.closeAllConnections?.();

@@ -13,12 +13,20 @@
 //! [`TRANSCODE_BUCKETS`].
 //!
 //! Metric names in use (keep this list true):
-//! - `http_requests_total{method,route,status}`, `http_request_duration_seconds{method,route}` (api)
-//! - `amqp_messages_consumed_total{queue,outcome}` (every consumer; outcome `ack|requeue|reject`)
-//! - `transcode_duration_seconds{rendition}`, `transcode_jobs_total{outcome}` (transcoder)
+//! - `http_requests_total{method,route,status}`, `http_request_duration_seconds{method,route}`
+//!   (api, `vid_api::metrics`; `route` is the matched route pattern, `unmatched` if none)
+//! - `amqp_messages_consumed_total{queue,outcome}` (every consumer; `queue` is the full queue
+//!   name, e.g. `vid.transcode.jobs`, or the transcoder's control exchange `vid.control` for
+//!   its server-named cancel queue; outcome `ack|requeue|reject`)
+//! - `outbox_messages_published_total{exchange}` (api's outbox relay, counted after the commit)
+//! - `transcode_duration_seconds{rendition}` (transcoder: wall-clock seconds of the single-decode
+//!   transcode pass, recorded for each rung it produced), `transcode_jobs_total{outcome}`
+//!   (`succeeded|failed|cancelled|shutdown|retry|malformed`)
 //! - `webhook_delivery_attempts_total{outcome}`, `webhook_delivery_attempt_duration_seconds`,
 //!   `webhook_retry_backlog`, `webhook_endpoints_disabled_total{reason}` (dispatcher)
-//! - `scan_*` (transcoder's malware scan counters)
+//! - `vid_transcoder_scans_total{outcome}`, `vid_transcoder_scan_attempt_failures_total`,
+//!   `vid_transcoder_scan_duration_seconds` (transcoder's malware scan counters: its own
+//!   atomics in `vid_transcoder::scan::METRICS`, appended to the same `/metrics` page)
 
 use std::sync::OnceLock;
 

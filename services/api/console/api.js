@@ -49,6 +49,25 @@ async function problemOf(resp) {
   });
 }
 
+/**
+ * One path segment for an id taken from the location hash or a payload:
+ * percent-encoded, and never `.` or `..` (which `fetch` would resolve as a
+ * relative path, turning `#/videos/..` into a request for `/`).
+ */
+export function segment(id) {
+  const s = String(id);
+  if (!s || /^(\.|%2e){1,2}$/i.test(s)) {
+    throw new ApiError({ title: 'Not found', detail: `\`${s}\` is not an id.`, status: 404, code: 'not_found' });
+  }
+  return encodeURIComponent(s);
+}
+
+/** Tells the console that the api refused the key (401), so it signs out. */
+function unauthorized(error) {
+  if (error.problem.status === 401) window.dispatchEvent(new CustomEvent('vid:unauthorized', { detail: error.problem }));
+  return error;
+}
+
 function networkError(e) {
   return new ApiError({ title: 'Network error', detail: `The api could not be reached: ${e.message}`, status: 0 });
 }
@@ -70,7 +89,7 @@ export async function api(method, path, body, { signal } = {}) {
     if (e.name === 'AbortError') throw e;
     throw networkError(e);
   }
-  if (!resp.ok) throw await problemOf(resp);
+  if (!resp.ok) throw unauthorized(await problemOf(resp));
   if (resp.status === 204) return null;
   const text = await resp.text();
   return text ? JSON.parse(text) : null;
@@ -93,7 +112,7 @@ export function withQuery(path, params) {
 export async function streamOperation(id, onOperation, signal) {
   let resp;
   try {
-    resp = await fetch(`/operations/${encodeURIComponent(id)}/events`, {
+    resp = await fetch(`/operations/${segment(id)}/events`, {
       headers: headers({ Accept: 'text/event-stream' }), signal, cache: 'no-store',
     });
   } catch (e) {
@@ -101,7 +120,7 @@ export async function streamOperation(id, onOperation, signal) {
     throw networkError(e);
   }
   if (resp.status === 204) return;
-  if (!resp.ok) throw await problemOf(resp);
+  if (!resp.ok) throw unauthorized(await problemOf(resp));
   const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   for (;;) {

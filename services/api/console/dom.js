@@ -81,6 +81,52 @@ export function problemOf(e) {
   return { title: 'Console error', detail: String(e && e.message ? e.message : e) };
 }
 
+/** Whether keyboard focus has been lost (to `<body>` or nowhere). */
+function focusLost() {
+  return !document.activeElement || document.activeElement === document.body;
+}
+
+/** Focuses the control whose `data-key` is `key`, if there is one. */
+function focusKey(key) {
+  const el = key ? document.querySelector(`[data-key="${CSS.escape(key)}"]`) : null;
+  if (el && !el.disabled) el.focus();
+  return Boolean(el && document.activeElement === el);
+}
+
+/**
+ * Runs `render()`, which replaces part of the page, and gives keyboard focus
+ * back to the control that had it (matched by its `data-key`, e.g.
+ * `cancel:op_…`) when the re-render took it away; else to `fallback`.
+ */
+export function preservingFocus(render, fallback) {
+  const active = document.activeElement;
+  const key = active && active !== document.body ? active.dataset?.key : undefined;
+  const result = render();
+  if (key && focusLost() && !focusKey(key)) fallback?.focus();
+  return result;
+}
+
+/**
+ * Disables `button` while `work()` runs (so it is not pressed twice), then
+ * gives focus back: disabling a focused button, or re-rendering it, drops
+ * keyboard focus to `<body>`. Focus returns to the button (or its re-rendered
+ * twin, by `data-key`), else to `<main>`.
+ */
+export async function busy(button, work) {
+  const hadFocus = document.activeElement === button;
+  const key = button.dataset.key;
+  button.disabled = true;
+  try {
+    return await work();
+  } finally {
+    button.disabled = false;
+    if (hadFocus && focusLost()) {
+      if (button.isConnected) button.focus();
+      else if (!focusKey(key)) document.getElementById('main')?.focus();
+    }
+  }
+}
+
 /** A `<select>` with a label, for filters. `options` is `[[value, text], …]`. */
 export function selectField(id, label, options, value, onchange) {
   return h('div', { class: 'field' },
@@ -104,7 +150,11 @@ export function secretPanel(title, secret, ondone) {
     h('strong', {}, title),
     h('p', {}, 'Copy this signing secret now: it is shown only this once and cannot be shown again.'),
     h('code', { class: 'secret' }, secret),
-    h('div', { class: 'actions' }, copy, h('button', { type: 'button', onclick: () => { panel.remove(); ondone?.(); } }, 'Done'), status));
+    h('div', { class: 'actions' }, copy, h('button', { type: 'button', onclick: () => {
+      panel.remove();
+      ondone?.();
+      if (focusLost()) document.getElementById('main')?.focus();
+    } }, 'Done'), status));
   return panel;
 }
 

@@ -2,8 +2,8 @@
 // its attempts; Resend; filters by status and event type. Refreshes itself
 // every few seconds while open.
 
-import { api, withQuery } from './api.js';
-import { h, time, badge, problemBox, problemOf, selectField, EVENT_TYPES } from './dom.js';
+import { api, segment, withQuery } from './api.js';
+import { h, time, badge, busy, preservingFocus, problemBox, problemOf, selectField, EVENT_TYPES } from './dom.js';
 import { attemptResult, endpointActions, endpointStatus } from './endpoints.js';
 
 const STATUSES = ['pending', 'succeeded', 'failed', 'paused'];
@@ -17,7 +17,8 @@ export async function render(ctx) {
   const notices = h('div', { 'aria-live': 'polite' });
   const header = h('div');
   const deliveries = h('div', {}, h('p', { class: 'muted' }, 'Loading deliveries…'));
-  const live = h('p', { class: 'small muted', role: 'status' });
+  // Not a live region: it changes every few seconds and would drown a screen reader.
+  const live = h('p', { class: 'small muted' });
   let lastJson = '';
   let cursor = null;
 
@@ -39,7 +40,7 @@ export async function render(ctx) {
   }
 
   async function loadEndpoint() {
-    const ep = await api('GET', `/webhook-endpoints/${encodeURIComponent(id)}`, undefined, { signal: ctx.signal });
+    const ep = await api('GET', `/webhook-endpoints/${segment(id)}`, undefined, { signal: ctx.signal });
     header.replaceChildren(
       h('p', { class: 'breadcrumb' }, h('a', { href: '#/endpoints' }, '← Endpoints')),
       h('h1', {}, ep.url),
@@ -55,26 +56,28 @@ export async function render(ctx) {
   }
 
   async function loadDeliveries(more = false) {
-    const page = await api('GET', withQuery(`/webhook-endpoints/${encodeURIComponent(id)}/deliveries`,
+    const page = await api('GET', withQuery(`/webhook-endpoints/${segment(id)}/deliveries`,
       { ...filters, limit: 50, cursor: more ? cursor : '' }), undefined, { signal: ctx.signal });
     live.textContent = `Updated ${new Date().toLocaleTimeString()}; refreshes every ${REFRESH_MS / 1000} s.`;
     if (more) {
       cursor = page.next_cursor;
       deliveries.querySelector('tbody')?.append(...page.data.flatMap((d) => rows(d)));
-      moreButton();
+      preservingFocus(moreButton, ctx.main);
       return;
     }
     const json = JSON.stringify(page.data);
     if (json === lastJson) return;
     lastJson = json;
     cursor = page.next_cursor;
-    deliveries.replaceChildren(page.data.length ? deliveryTable(page.data) : h('p', { class: 'muted' }, 'No deliveries match.'));
-    moreButton();
+    preservingFocus(() => {
+      deliveries.replaceChildren(page.data.length ? deliveryTable(page.data) : h('p', { class: 'muted' }, 'No deliveries match.'));
+      moreButton();
+    }, ctx.main);
   }
 
   function moreButton() {
     deliveries.querySelector('.more')?.remove();
-    if (cursor) deliveries.append(h('button', { type: 'button', class: 'secondary more', onclick: () => loadDeliveries(true).catch(showError) }, 'Older deliveries'));
+    if (cursor) deliveries.append(h('button', { type: 'button', class: 'secondary more', 'data-key': 'older-deliveries', onclick: () => loadDeliveries(true).catch(showError) }, 'Older deliveries'));
   }
 
   function deliveryTable(data) {
@@ -88,7 +91,7 @@ export async function render(ctx) {
     const last = d.attempts[d.attempts.length - 1];
     const detailId = `attempts-${d.id}`;
     const open = expanded.has(d.id);
-    const toggle = h('button', { type: 'button', class: 'link', 'aria-expanded': String(open), 'aria-controls': detailId },
+    const toggle = h('button', { type: 'button', class: 'link', 'data-key': `attempts:${d.id}`, 'aria-expanded': String(open), 'aria-controls': detailId },
       open ? '▾' : '▸', h('span', { class: 'visually-hidden' }, ` attempts of delivery ${d.id}`), ` ${d.attempts.length}`);
     const detail = h('tr', { class: 'detail', id: detailId, hidden: !open }, h('td', { colspan: 8 }, attemptsTable(d)));
     toggle.addEventListener('click', () => {
@@ -98,19 +101,17 @@ export async function render(ctx) {
       toggle.firstChild.textContent = now ? '▾' : '▸';
       detail.hidden = !now;
     });
-    const resend = h('button', { type: 'button', 'aria-label': `Resend delivery ${d.id}` }, 'Resend');
-    resend.addEventListener('click', async () => {
-      resend.disabled = true;
+    const resend = h('button', { type: 'button', 'data-key': `resend:${d.id}`, 'aria-label': `Resend delivery ${d.id}` }, 'Resend');
+    resend.addEventListener('click', () => busy(resend, async () => {
       try {
-        await api('POST', `/webhook-endpoints/${encodeURIComponent(id)}/deliveries/${encodeURIComponent(d.id)}:retry`);
+        await api('POST', `/webhook-endpoints/${segment(id)}/deliveries/${segment(d.id)}:retry`);
         notices.replaceChildren(h('p', { class: 'notice', role: 'status' }, `Delivery ${d.id} (${d.event_type}) will be sent again now.`));
         lastJson = '';
         await loadDeliveries();
       } catch (e) {
         showError(e);
-        resend.disabled = false;
       }
-    });
+    }));
     return [
       h('tr', { 'data-delivery-id': d.id, 'data-delivery-status': d.status },
         h('td', {}, toggle),
@@ -139,7 +140,7 @@ function attemptsTable(d) {
     h('tbody', {}, d.attempts.map((a) => h('tr', { 'data-attempt': a.attempt_number },
       h('td', { class: 'num' }, String(a.attempt_number)),
       h('td', {}, time(a.started_at)),
-      h('td', {}, attemptResult(a.response_status, a.error_class), a.error_detail ? h('div', { class: 'small muted' }, a.error_detail) : null),
+      h('td', {}, attemptResult(a.response_status, a.error_class), a.error_detail ? h('div', { class: 'small muted wrap' }, a.error_detail) : null),
       h('td', { class: 'num' }, `${a.duration_ms} ms`),
       h('td', {}, a.response_body ? h('pre', {}, a.response_body) : h('span', { class: 'muted' }, '—')),
       h('td', {}, time(a.next_attempt_at))))));

@@ -1,8 +1,8 @@
 // Endpoints page: the list with status, success rate and last attempt; create
 // (the secret is shown once), rotate the secret, enable.
 
-import { api } from './api.js';
-import { h, time, badge, problemBox, problemOf, secretPanel, EVENT_TYPES } from './dom.js';
+import { api, segment } from './api.js';
+import { h, time, badge, busy, preservingFocus, problemBox, problemOf, secretPanel, EVENT_TYPES } from './dom.js';
 
 /** `42% (21 of 50)`, or `—` when nothing was attempted. */
 export function successRate(health) {
@@ -33,33 +33,28 @@ export function endpointStatus(ep) {
 
 /** Rotate-secret and enable buttons; `notices` is where the secret or a problem appears. */
 export function endpointActions(ep, notices, reload) {
-  const rotate = h('button', { type: 'button', class: 'secondary', 'aria-label': `Rotate the secret of ${ep.url}` }, 'Rotate secret');
-  rotate.addEventListener('click', async () => {
-    rotate.disabled = true;
+  const rotate = h('button', { type: 'button', class: 'secondary', 'data-key': `rotate:${ep.id}`, 'aria-label': `Rotate the secret of ${ep.url}` }, 'Rotate secret');
+  rotate.addEventListener('click', () => busy(rotate, async () => {
     try {
-      const r = await api('POST', `/webhook-endpoints/${encodeURIComponent(ep.id)}:rotate-secret`);
+      const r = await api('POST', `/webhook-endpoints/${segment(ep.id)}:rotate-secret`);
       notices.replaceChildren(secretPanel(`New secret for ${ep.url}`, r.secret),
         h('p', { class: 'small muted' }, 'The previous secret also signs deliveries until ', time(r.previous_secret_expires_at), '.'));
     } catch (e) {
       notices.replaceChildren(problemBox(problemOf(e)));
-    } finally {
-      rotate.disabled = false;
     }
-  });
+  }));
   const buttons = [rotate];
   if (ep.status === 'disabled') {
-    const enable = h('button', { type: 'button', 'aria-label': `Enable ${ep.url}` }, 'Enable');
-    enable.addEventListener('click', async () => {
-      enable.disabled = true;
+    const enable = h('button', { type: 'button', 'data-key': `enable:${ep.id}`, 'aria-label': `Enable ${ep.url}` }, 'Enable');
+    enable.addEventListener('click', () => busy(enable, async () => {
       try {
-        await api('POST', `/webhook-endpoints/${encodeURIComponent(ep.id)}:enable`);
+        await api('POST', `/webhook-endpoints/${segment(ep.id)}:enable`);
         notices.replaceChildren(h('p', { class: 'notice', role: 'status' }, `${ep.url} is enabled; its paused deliveries are being sent.`));
         await reload();
       } catch (e) {
         notices.replaceChildren(problemBox(problemOf(e)));
-        enable.disabled = false;
       }
-    });
+    }));
     buttons.push(enable);
   }
   return h('div', { class: 'actions' }, buttons);
@@ -76,9 +71,11 @@ function createForm(notices, reload) {
     h('div', { class: 'field' }, h('label', { for: 'new-description' }, 'Description (optional)'), description),
     h('fieldset', {}, h('legend', {}, 'Event types (none checked: every type)'), types),
     h('div', {}, submit));
-  form.addEventListener('submit', async (ev) => {
+  form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    submit.disabled = true;
+    busy(submit, () => create());
+  });
+  async function create() {
     const body = { url: url.value.trim() };
     if (description.value.trim()) body.description = description.value.trim();
     const checked = [...form.querySelectorAll('input[name=event_types]:checked')].map((i) => i.value);
@@ -90,10 +87,8 @@ function createForm(notices, reload) {
       await reload();
     } catch (e) {
       notices.replaceChildren(problemBox(problemOf(e)));
-    } finally {
-      submit.disabled = false;
     }
-  });
+  }
   return form;
 }
 
@@ -103,7 +98,7 @@ export async function render(ctx) {
   const list = h('div', {}, h('p', { class: 'muted' }, 'Loading…'));
   const reload = async () => {
     const { data } = await api('GET', '/webhook-endpoints', undefined, { signal: ctx.signal });
-    list.replaceChildren(table(data, notices, reload));
+    preservingFocus(() => list.replaceChildren(table(data, notices, reload)), ctx.main);
   };
   ctx.main.replaceChildren(h('h1', {}, 'Endpoints'), notices, list, createForm(notices, reload));
   await reload();
@@ -115,7 +110,7 @@ function table(endpoints, notices, reload) {
     h('caption', {}, 'Success rate and last attempt over each endpoint\'s latest 100 deliveries'),
     h('thead', {}, h('tr', {}, ['URL', 'Status', 'Success rate', 'Last attempt', 'Actions'].map((c) => h('th', { scope: 'col' }, c)))),
     h('tbody', {}, endpoints.map((ep) => h('tr', { 'data-endpoint-id': ep.id },
-      h('td', {}, h('a', { href: `#/endpoints/${encodeURIComponent(ep.id)}` }, ep.url),
+      h('td', { class: 'wrap' }, h('a', { href: `#/endpoints/${encodeURIComponent(ep.id)}`, 'data-key': `open:${ep.id}` }, ep.url),
         ep.description ? h('div', { class: 'small muted' }, ep.description) : null),
       h('td', {}, endpointStatus(ep)),
       h('td', { class: 'num' }, successRate(ep.health)),

@@ -1,7 +1,7 @@
 // Events page: every event of the tenant with its type, time and the resource
 // it names, and a view of its exact payload. `#/events?id=evt_…` shows one.
 
-import { api, withQuery } from './api.js';
+import { api, segment, withQuery } from './api.js';
 import { h, time, selectField, problemBox, problemOf, EVENT_TYPES } from './dom.js';
 
 /** A link to what an event is about: the video, or the endpoint. */
@@ -62,7 +62,7 @@ export async function render(ctx) {
 
   if (only) {
     ctx.main.replaceChildren(h('p', { class: 'breadcrumb' }, h('a', { href: '#/events' }, '← All events')), h('h1', {}, `Event ${only}`), notices, list);
-    const ev = await api('GET', `/events/${encodeURIComponent(only)}`, undefined, { signal: ctx.signal });
+    const ev = await api('GET', `/events/${segment(only)}`, undefined, { signal: ctx.signal });
     body.append(...rows(ev));
     list.replaceChildren(table);
     body.querySelector('button[aria-controls]')?.click();

@@ -3,8 +3,8 @@
 // (`/operations/{id}/events`); the list itself is re-read every few seconds
 // to pick up new operations. Cancel for non-terminal ones; a link to the video.
 
-import { api, streamOperation } from './api.js';
-import { h, time, badge, problemBox, problemOf } from './dom.js';
+import { api, segment, streamOperation } from './api.js';
+import { h, time, badge, busy, preservingFocus, problemBox, problemOf } from './dom.js';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 const MAX_STREAMS = 5;
@@ -28,7 +28,8 @@ export async function render(ctx) {
   const notices = h('div', { 'aria-live': 'polite' });
   const body = h('tbody');
   const empty = h('p', { class: 'muted', hidden: true }, 'No operations yet. Upload a video, e.g. vidctl upload movie.mp4.');
-  const status = h('p', { class: 'small muted', role: 'status' });
+  // Not a live region: it changes every few seconds and would drown a screen reader.
+  const status = h('p', { class: 'small muted' });
   const rowsById = new Map();
   const streams = new Map();
 
@@ -36,25 +37,23 @@ export async function render(ctx) {
     const vid = videoId(op);
     let cancel = null;
     if (!TERMINAL.has(op.status)) {
-      cancel = h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel operation ${op.id}` }, 'Cancel');
-      cancel.addEventListener('click', async () => {
-        cancel.disabled = true;
+      cancel = h('button', { type: 'button', class: 'danger', 'data-key': `cancel:${op.id}`, 'aria-label': `Cancel operation ${op.id}` }, 'Cancel');
+      cancel.addEventListener('click', () => busy(cancel, async () => {
         try {
-          update(await api('POST', `/operations/${encodeURIComponent(op.id)}:cancel`));
+          update(await api('POST', `/operations/${segment(op.id)}:cancel`));
         } catch (e) {
           notices.replaceChildren(problemBox(problemOf(e)));
-          cancel.disabled = false;
         }
-      });
+      }));
     }
     return h('tr', { 'data-operation-id': op.id, 'data-operation-status': op.status },
       h('td', { class: 'mono small' }, op.id),
       h('td', {}, badge(op.status),
-        op.error ? h('div', { class: 'small' }, `${op.error.title}${op.error.detail ? `: ${op.error.detail}` : ''}`) : null),
+        op.error ? h('div', { class: 'small wrap' }, `${op.error.title}${op.error.detail ? `: ${op.error.detail}` : ''}`) : null),
       h('td', {}, progressCell(op)),
       h('td', {}, time(op.created_at)),
       h('td', {}, time(op.updated_at)),
-      h('td', {}, vid ? h('a', { class: 'mono small', href: `#/videos/${encodeURIComponent(vid)}` }, vid) : h('span', { class: 'muted' }, '—')),
+      h('td', {}, vid ? h('a', { class: 'mono small', href: `#/videos/${encodeURIComponent(vid)}`, 'data-key': `video:${op.id}` }, vid) : h('span', { class: 'muted' }, '—')),
       h('td', {}, cancel));
   }
 
@@ -67,7 +66,8 @@ export async function render(ctx) {
       if (!TERMINAL.has(op.status) && new Date(old.op.updated_at) > new Date(op.updated_at)) return;
     }
     const tr = row(op);
-    if (old) old.tr.replaceWith(tr); else body.append(tr);
+    // A progress tick re-renders the row: keep keyboard focus on its Cancel button or link.
+    if (old) preservingFocus(() => old.tr.replaceWith(tr), ctx.main); else body.append(tr);
     rowsById.set(op.id, { op, tr });
   }
 
@@ -92,7 +92,8 @@ export async function render(ctx) {
       seen.add(op.id);
       update(op);
     }
-    for (const op of page.data) body.append(rowsById.get(op.id).tr);
+    // (Moving a row drops keyboard focus inside it: give it back.)
+    preservingFocus(() => { for (const op of page.data) body.append(rowsById.get(op.id).tr); });
     for (const [id, { tr }] of rowsById) if (!seen.has(id)) { tr.remove(); rowsById.delete(id); }
     empty.hidden = page.data.length > 0;
     for (const op of page.data) follow(op);

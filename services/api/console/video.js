@@ -1,7 +1,7 @@
 // Video page: source metadata, the poster, and every rendition playable in a
 // <video> element from its time-limited URL.
 
-import { api } from './api.js';
+import { api, segment } from './api.js';
 import { h, time, badge, fmtBytes, fmtSeconds } from './dom.js';
 
 function metadata(src) {
@@ -22,7 +22,7 @@ function metadata(src) {
 /** Renders the page. */
 export async function render(ctx) {
   const id = ctx.params[0];
-  const v = await api('GET', `/videos/${encodeURIComponent(id)}`, undefined, { signal: ctx.signal });
+  const v = await api('GET', `/videos/${segment(id)}`, undefined, { signal: ctx.signal });
   const name = v.filename || v.id;
   const poster = v.poster?.url || null;
   const renditions = v.renditions.length

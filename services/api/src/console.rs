@@ -88,9 +88,13 @@ pub fn content_security_policy(storage: Option<&str>) -> String {
         Some(origin) => format!("'self' {origin}"),
         None => "'self'".to_owned(),
     };
+    // Trusted Types with no policy: no string can reach an HTML or script sink
+    // (innerHTML, document.write, eval…), so even a future careless line
+    // cannot turn api data into markup. The console only builds nodes.
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-         img-src {media}; media-src {media}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+         img-src {media}; media-src {media}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; \
+         require-trusted-types-for 'script'; trusted-types 'none'"
     )
 }
 
@@ -126,6 +130,7 @@ mod tests {
         assert!(csp.contains("script-src 'self';"), "{csp}");
         assert!(!csp.contains("unsafe-inline"), "{csp}");
         assert!(csp.contains("media-src 'self' http://127.0.0.1:3900"), "{csp}");
+        assert!(csp.contains("require-trusted-types-for 'script'; trusted-types 'none'"), "{csp}");
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
+use tokio::sync::watch;
+use tracing::Instrument;
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::Problem;
 use vid_infra::amqp::Topology;
@@ -16,67 +18,111 @@ use vid_infra::amqp::Topology;
 use crate::lifecycle::{self, Applied, Outcome};
 use crate::state::AppState;
 
-/// Runs both consumers until the process exits, reconnecting as needed.
-pub async fn run(state: AppState) {
+/// Runs both consumers until `shutdown` turns true, reconnecting as needed.
+/// On shutdown the message in hand is finished (applied and acked) first;
+/// messages prefetched but not started go back to the queue when the channel
+/// closes, unacked, for another replica.
+pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        if let Err(e) = session(&state).await {
-            tracing::warn!(error = %format!("{e:#}"), "report consumer interrupted; reconnecting");
+        match session(&state, &mut shutdown).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "report consumer interrupted; reconnecting"),
         }
-        tokio::time::sleep(backoff).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 
-async fn session(state: &AppState) -> anyhow::Result<()> {
-    let conn = vid_infra::amqp::connect(&state.settings.amqp, Duration::from_secs(30)).await?;
+async fn session(state: &AppState, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+    let conn = tokio::select! {
+        c = vid_infra::amqp::connect(&state.settings.amqp, Duration::from_secs(30)) => c?,
+        _ = shutdown.wait_for(|s| *s) => return Ok(()),
+    };
     let ch = conn.create_channel().await?;
     state.topology.declare(&ch).await?;
     ch.basic_qos(32, BasicQosOptions::default()).await?;
-    let mut reports = ch
-        .basic_consume(&state.topology.transcode_reports(), "api-reports", BasicConsumeOptions::default(), FieldTable::default())
-        .await?;
-    let mut dead = ch
-        .basic_consume(&state.topology.transcode_dead(), "api-dead-jobs", BasicConsumeOptions::default(), FieldTable::default())
-        .await?;
+    let reports_queue = state.topology.transcode_reports();
+    let dead_queue = state.topology.transcode_dead();
+    let mut reports =
+        ch.basic_consume(&reports_queue, "api-reports", BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut dead = ch.basic_consume(&dead_queue, "api-dead-jobs", BasicConsumeOptions::default(), FieldTable::default()).await?;
     tracing::info!("consuming transcoder reports");
     loop {
+        // A branch runs to completion before the next `select!`: a shutdown
+        // never interrupts a message between its commit and its ack.
         tokio::select! {
             msg = reports.next() => {
                 let Some(delivery) = msg else { anyhow::bail!("report consumer closed") };
                 let delivery = delivery?;
-                let outcome = match serde_json::from_slice::<TranscodeReport>(&delivery.data) {
-                    Ok(report) => apply_report(state, &report).await,
-                    Err(e) => {
-                        tracing::error!(error = %e, "dropping malformed report");
-                        Ok(())
-                    }
-                };
-                settle(&delivery, outcome).await?;
+                let span = message_span(&reports_queue, &delivery);
+                async {
+                    let outcome = match serde_json::from_slice::<TranscodeReport>(&delivery.data) {
+                        Ok(report) => apply_report(state, &report).await,
+                        Err(e) => {
+                            tracing::error!(error = %e, "dropping malformed report");
+                            Ok(())
+                        }
+                    };
+                    settle(&reports_queue, &delivery, outcome).await
+                }
+                .instrument(span)
+                .await?;
             }
             msg = dead.next() => {
                 let Some(delivery) = msg else { anyhow::bail!("dead-letter consumer closed") };
                 let delivery = delivery?;
-                let outcome = match serde_json::from_slice::<TranscodeJob>(&delivery.data) {
-                    Ok(job) => fail_dead_job(state, &job).await,
-                    Err(e) => {
-                        tracing::error!(error = %e, "dropping malformed dead-lettered job");
-                        Ok(())
-                    }
-                };
-                settle(&delivery, outcome).await?;
+                let span = message_span(&dead_queue, &delivery);
+                async {
+                    let outcome = match serde_json::from_slice::<TranscodeJob>(&delivery.data) {
+                        Ok(job) => fail_dead_job(state, &job).await,
+                        Err(e) => {
+                            tracing::error!(error = %e, "dropping malformed dead-lettered job");
+                            Ok(())
+                        }
+                    };
+                    settle(&dead_queue, &delivery, outcome).await
+                }
+                .instrument(span)
+                .await?;
             }
+            () = stopped(shutdown) => break,
         }
     }
+    tracing::info!("report consumer stopped");
+    let _ = ch.close(200, "api shutting down").await;
+    let _ = conn.close(200, "api shutting down").await;
+    Ok(())
 }
 
-async fn settle(delivery: &lapin::message::Delivery, outcome: anyhow::Result<()>) -> anyhow::Result<()> {
+/// Resolves once `shutdown` is true (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// The span around one message: its queue and the `correlation_id` its
+/// publisher set (the operation id for transcoder reports and jobs).
+fn message_span(queue: &str, delivery: &lapin::message::Delivery) -> tracing::Span {
+    let correlation_id = vid_infra::amqp::correlation_id(&delivery.properties).unwrap_or_default();
+    tracing::info_span!("amqp_message", queue, correlation_id = %correlation_id, redelivered = delivery.redelivered)
+}
+
+/// Acks after success, else requeues after a pause; counts the outcome in
+/// `amqp_messages_consumed_total{queue,outcome}` (`ack` or `requeue`).
+async fn settle(queue: &str, delivery: &lapin::message::Delivery, outcome: anyhow::Result<()>) -> anyhow::Result<()> {
     match outcome {
-        Ok(()) => delivery.acker.ack(BasicAckOptions::default()).await?,
+        Ok(()) => {
+            delivery.acker.ack(BasicAckOptions::default()).await?;
+            vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "ack").increment(1);
+        }
         Err(e) => {
             tracing::warn!(error = %format!("{e:#}"), "could not apply message; requeueing");
             tokio::time::sleep(Duration::from_millis(500)).await;
             delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await?;
+            vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "requeue").increment(1);
         }
     }
     Ok(())
@@ -110,11 +156,25 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
             lifecycle::finish(&state.db, topo, &report.operation_id, outcome).await?
         }
     };
+    match &report.kind {
+        ReportKind::Progress { .. } => tracing::debug!(operation_id = %report.operation_id, ?applied, "report applied"),
+        kind => tracing::info!(operation_id = %report.operation_id, report = report_name(kind), ?applied, "report applied"),
+    }
     if applied != Applied::Ignored {
         // Changed: an event to relay; AlreadyTerminal on a progress report: a cancel to re-send.
         state.outbox_notify.notify_one();
     }
     Ok(())
+}
+
+fn report_name(kind: &ReportKind) -> &'static str {
+    match kind {
+        ReportKind::Started => "started",
+        ReportKind::Progress { .. } => "progress",
+        ReportKind::Scanned { .. } => "scanned",
+        ReportKind::Succeeded { .. } => "succeeded",
+        ReportKind::Failed { .. } => "failed",
+    }
 }
 
 async fn fail_dead_job(state: &AppState, job: &TranscodeJob) -> anyhow::Result<()> {
@@ -123,6 +183,7 @@ async fn fail_dead_job(state: &AppState, job: &TranscodeJob) -> anyhow::Result<(
         vid_infra::amqp::TRANSCODE_DELIVERY_LIMIT
     ));
     let applied = lifecycle::finish(&state.db, &state.topology, &job.operation_id, Outcome::Failed { error, source: None }).await?;
+    tracing::warn!(operation_id = %job.operation_id, ?applied, "dead-lettered transcode job: operation failed");
     if applied == Applied::Changed {
         state.outbox_notify.notify_one();
     }

@@ -10,11 +10,13 @@
 //! clients to storage; transcoding happens in the transcoder.
 
 pub mod auth;
+pub mod console;
 pub mod consumers;
 pub mod error;
 pub mod idempotency;
 pub mod janitor;
 pub mod lifecycle;
+pub mod metrics;
 pub mod openapi;
 pub mod outbox;
 pub mod routes;
@@ -63,6 +65,7 @@ impl Application {
         let url_policy = UrlPolicy::strict()
             .with_require_https(settings.webhooks.require_https)
             .with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
+        vid_infra::metrics::install();
         let db = vid_db::pool(&settings.database)?;
         let state = AppState {
             s3: vid_infra::storage::client(&settings.s3),
@@ -92,13 +95,21 @@ impl Application {
         &self.state
     }
 
-    /// Serves HTTP and runs the background tasks until SIGTERM/SIGINT (the
-    /// server then stops accepting and finishes in-flight requests).
+    /// Serves HTTP and runs the background tasks until SIGTERM/SIGINT.
+    ///
+    /// SIGTERM (graceful): the listener closes at once (new connections are
+    /// refused), in-flight requests get up to 30 s to finish; then the report
+    /// consumers finish the message in hand and the outbox relay its batch
+    /// plus one last pass (up to [`DRAIN_TIMEOUT`]), and the rest stops.
+    /// SIGINT stops at once.
     pub async fn run(self) -> anyhow::Result<()> {
         let state = self.state.clone();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let drained = [
+            tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox_notify.clone(), stop_rx.clone())),
+            tokio::spawn(consumers::run(state.clone(), stop_rx)),
+        ];
         let background = [
-            tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox_notify.clone())),
-            tokio::spawn(consumers::run(state.clone())),
             tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
             tokio::spawn(watch::run_listener(
                 state.watchers.clone(),
@@ -108,6 +119,7 @@ impl Application {
         let data = web::Data::new(state);
         let server = HttpServer::new(move || {
             App::new()
+                .wrap(actix_web::middleware::from_fn(metrics::observe))
                 .app_data(data.clone())
                 .app_data(json_config())
                 .app_data(web::PathConfig::default().error_handler(|err, _| {
@@ -120,6 +132,7 @@ impl Application {
                 }))
                 .configure(routes::configure)
                 .configure(openapi::configure)
+                .configure(console::configure)
                 .default_service(web::to(|| async {
                     problem_response(Problem::new(404, "not_found", "Not found").with_detail("no such route"))
                 }))
@@ -132,12 +145,24 @@ impl Application {
         .listen(self.listener)?
         .run();
         let result = server.await;
+        tracing::info!("http server stopped; draining the consumers and the outbox relay");
+        let _ = stop_tx.send(true);
+        let aborts: Vec<_> = drained.iter().map(|t| t.abort_handle()).collect();
+        if tokio::time::timeout(DRAIN_TIMEOUT, futures::future::join_all(drained)).await.is_err() {
+            tracing::warn!("drain timed out; stopping the background tasks");
+            aborts.iter().for_each(|a| a.abort());
+        }
         for task in background {
             task.abort();
         }
+        tracing::info!("api stopped");
         Ok(result?)
     }
 }
+
+/// How long, after the HTTP server stopped, the consumers and the outbox
+/// relay get to finish their work in hand.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// JSON bodies: at most 64 KiB; malformed JSON, unknown fields and wrong types
 /// are `400 invalid_json` problems naming the error; a wrong media type is

@@ -33,8 +33,16 @@ enum Command {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let settings: Settings = vid_infra::settings::load().context("loading settings")?;
-    vid_infra::telemetry::init(&settings.telemetry);
-    match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    if matches!(command, Command::Serve) {
+        vid_infra::telemetry::init(&settings.telemetry);
+        vid_infra::metrics::install();
+    } else {
+        // Admin commands print their result on stdout (`create-tenant`'s key
+        // is captured by scripts): logs must not mix into it.
+        vid_infra::telemetry::init_stderr(&settings.telemetry);
+    }
+    match command {
         Command::Serve => {
             tracing::info!(profile = %vid_infra::settings::profile(), settings = ?settings, "starting api");
             vid_db::migrate(settings.database.url.expose_secret()).await?;

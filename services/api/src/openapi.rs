@@ -39,6 +39,7 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
     paths(
         routes::health::healthz,
         routes::health::readyz,
+        routes::health::metrics,
         openapi_json,
         routes::uploads::create_upload,
         routes::uploads::get_upload,
@@ -192,11 +193,11 @@ problem_response!(
     "`unavailable`: a dependency (database, storage, broker) is down; retry later."
 );
 
-/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged).
+/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.
 #[derive(ToSchema)]
 pub struct EndpointList {
     /// Newest first.
-    pub data: Vec<vid_core::endpoint::Endpoint>,
+    pub data: Vec<crate::routes::endpoints::EndpointSummary>,
 }
 
 /// `GET /healthz`.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use vid_core::event::{Event, EventData, EventType};
 use vid_core::messages::EventPublished;
 use vid_core::{EventId, TenantId};
@@ -65,13 +65,19 @@ pub async fn record_event(
         ))
         .execute(conn)
         .await?;
+    // The correlation id of a video event is its operation id, the id that
+    // follows one upload through every service's logs; other events use their own id.
+    let correlation_id = match &event.data {
+        EventData::Video(v) => v.operation_id.as_str().to_owned(),
+        _ => event.id.as_str().to_owned(),
+    };
     let message = EventPublished { tenant_id: tenant_id.clone(), event: event.clone(), payload };
     enqueue(
         conn,
         &topology.events_exchange(),
         RK_EVENT,
         serde_json::to_string(&message).expect("messages serialise"),
-        Some(event.id.as_str()),
+        Some(&correlation_id),
     )
     .await?;
     Ok(event)
@@ -81,41 +87,77 @@ pub async fn record_event(
 const BATCH: i64 = 100;
 /// How often the relay looks for rows written by other replicas when not woken.
 const IDLE_POLL: Duration = Duration::from_millis(500);
+/// A relay step (connect and declare, or one batch) that takes longer is
+/// abandoned (a batch rolls back, so its rows are published again) and the
+/// relay reconnects, with a warning.
+const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Runs the relay until the process exits: reconnects to RabbitMQ and
-/// PostgreSQL as needed, never gives up.
-pub async fn run_relay(db: vid_db::Pool, amqp: AmqpSettings, notify: Arc<Notify>) {
+/// Runs the relay until `shutdown` turns true: reconnects to RabbitMQ and
+/// PostgreSQL as needed, never gives up. On shutdown it finishes the batch in
+/// hand (a batch is never cut between the broker's confirm and the commit
+/// that deletes its rows, so a shutdown re-sends nothing), relays once more
+/// what is already committed, closes its connection and returns.
+pub async fn run_relay(db: vid_db::Pool, amqp: AmqpSettings, notify: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match relay_session(&db, &amqp, &notify).await {
+        match relay_session(&db, &amqp, &notify, &mut shutdown).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "outbox relay interrupted; restarting");
-                tokio::time::sleep(backoff).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.wait_for(|s| *s) => return,
+                }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     }
 }
 
-async fn relay_session(db: &vid_db::Pool, amqp: &AmqpSettings, notify: &Notify) -> anyhow::Result<()> {
-    let conn = vid_infra::amqp::connect(amqp, Duration::from_secs(30)).await?;
-    let publisher = Publisher::new(&conn).await?;
-    Topology::new(&amqp.prefix).declare(publisher.channel()).await?;
+async fn relay_session(db: &vid_db::Pool, amqp: &AmqpSettings, notify: &Notify, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+    let setup = async {
+        let conn = vid_infra::amqp::connect(amqp, Duration::from_secs(30)).await?;
+        let publisher = Publisher::new(&conn).await?;
+        Topology::new(&amqp.prefix).declare(publisher.channel()).await?;
+        anyhow::Ok((conn, publisher))
+    };
+    // A broker that accepts the TCP connection but never answers (or blocks
+    // publishers on a resource alarm) must show up in the log, not hang silently.
+    let (conn, publisher) = tokio::select! {
+        r = tokio::time::timeout(STALL_TIMEOUT, setup) => r.map_err(|_| anyhow::anyhow!("connecting and declaring took over {STALL_TIMEOUT:?}"))??,
+        _ = shutdown.wait_for(|s| *s) => return Ok(()),
+    };
     tracing::info!("outbox relay connected");
     loop {
-        let published = publish_batch(db, &publisher).await?;
+        let stopping = *shutdown.borrow();
+        let published = tokio::time::timeout(STALL_TIMEOUT, publish_batch(db, &publisher))
+            .await
+            .map_err(|_| anyhow::anyhow!("a batch took over {STALL_TIMEOUT:?} (broker not confirming?); rolled back, retrying"))??;
+        if stopping && published < BATCH as usize {
+            tracing::info!("outbox relay stopped");
+            let _ = conn.close(200, "api shutting down").await;
+            return Ok(());
+        }
         if published < BATCH as usize {
-            // Wait for a local write, or poll for other replicas' writes.
-            let _ = tokio::time::timeout(IDLE_POLL, notify.notified()).await;
+            // Wait for a local write, or poll for other replicas' writes, or the shutdown.
+            tokio::select! {
+                _ = tokio::time::timeout(IDLE_POLL, notify.notified()) => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+            }
         }
     }
 }
 
 /// Publishes up to [`BATCH`] rows in one transaction; returns how many.
+///
+/// After the commit, each row counts once in
+/// `outbox_messages_published_total{exchange}` and is logged (`info`, with its
+/// `correlation_id`). Errors: the database or the broker failed; the
+/// transaction then rolls back and the rows stay for the next pass.
 pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::Result<usize> {
     let mut conn = db.get().await?;
-    conn.transaction::<usize, anyhow::Error, _>(|conn| {
+    type Row = (i64, String, String, String, Option<String>);
+    let rows = conn.transaction::<Vec<Row>, anyhow::Error, _>(|conn| {
         async move {
             let rows: Vec<(i64, String, String, String, Option<String>)> = outbox::table
                 .order(outbox::id.asc())
@@ -126,7 +168,7 @@ pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::
                 .load(conn)
                 .await?;
             if rows.is_empty() {
-                return Ok(0);
+                return Ok(rows);
             }
             for (_, exchange, routing_key, payload, correlation_id) in &rows {
                 match publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await {
@@ -142,9 +184,14 @@ pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::
             }
             let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
             diesel::delete(outbox::table.filter(outbox::id.eq_any(&ids))).execute(conn).await?;
-            Ok(rows.len())
+            Ok(rows)
         }
         .scope_boxed()
     })
-    .await
+    .await?;
+    for (_, exchange, routing_key, _, correlation_id) in &rows {
+        vid_infra::metrics::counter!("outbox_messages_published_total", "exchange" => exchange.clone()).increment(1);
+        tracing::info!(%exchange, %routing_key, correlation_id = correlation_id.as_deref().unwrap_or(""), "outbox message published");
+    }
+    Ok(rows.len())
 }

@@ -98,6 +98,10 @@ fn emit(m: &ChildMessage) {
     let _ = out.flush();
 }
 
+/// The environment variable through which the supervisor gives the child its
+/// job's correlation id (the operation id), for the child's `work` log span.
+pub const CORRELATION_ID_ENV: &str = "VID_CORRELATION_ID";
+
 /// The command that runs `job_spec` in a child: this very binary, `work --spec <file>`.
 pub fn worker_command(exe: &Path, spec: &Path) -> Command {
     let mut cmd = Command::new(exe);
@@ -151,6 +155,14 @@ pub enum ChildOutcome {
 /// closed, stdout piped, stderr inherited, no core dumps, SIGKILL when this
 /// process dies (`PR_SET_PDEATHSIG`), and is killed on drop. A `Stop` on
 /// `stop` kills it immediately (the return follows within milliseconds).
+///
+/// The child ignores SIGTERM, SIGINT and SIGHUP: stopping is the parent's
+/// decision. A stop signal sent to the whole process group or cgroup (Ctrl-C
+/// in a terminal, `docker stop` of a shell entrypoint, systemd's
+/// `KillMode=control-group`) therefore reaches only the parent, which lets
+/// the job finish within its grace period or kills it and requeues the job,
+/// instead of the child dying by the signal and the job being failed as
+/// `transcode_crashed`.
 pub async fn supervise(
     mut cmd: Command,
     limits: Limits,
@@ -158,12 +170,16 @@ pub async fn supervise(
     mut on_message: impl FnMut(&ChildMessage),
 ) -> ChildOutcome {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
-    // SAFETY: only async-signal-safe calls (prctl, setrlimit) between fork and exec.
+    // SAFETY: only async-signal-safe calls (prctl, setrlimit, signal) between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
             let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
             libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            // Ignored dispositions survive exec (handlers do not).
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
             Ok(())
         });
     }

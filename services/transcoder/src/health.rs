@@ -1,8 +1,16 @@
 //! A tiny HTTP/1.1 health server on raw tokio: `GET /healthz` (200 while the
 //! process runs) and `GET /readyz` (200 while the AMQP connection is up and
-//! consuming, else 503), `GET /metrics` (the scan counters of
-//! [`crate::scan::METRICS`], Prometheus text format). Anything else is 404.
+//! consuming, else 503), `GET /metrics` (Prometheus text format: everything
+//! recorded through `vid_infra::metrics` in this process, then the scan
+//! counters of [`crate::scan::METRICS`]). Anything else is 404.
 //! One request per connection.
+//!
+//! Which process serves what: this server runs in the supervising
+//! `transcoder` process, the one that consumes the queue, owns the jobs and
+//! outlives them. The `transcoder work` child runs the libav work of one job
+//! and records no metrics; the supervisor measures it from the child's
+//! protocol lines (see `worker::record_transcode_durations`). So one page,
+//! one process, nothing relayed between processes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +42,8 @@ pub async fn serve(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<
                     "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n", "text/plain"),
                     "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n", "text/plain"),
                     "/metrics" => {
-                        metrics = crate::scan::METRICS.render();
-                        ("200 OK", metrics.as_str(), "text/plain; version=0.0.4")
+                        metrics = render_metrics();
+                        ("200 OK", metrics.as_str(), vid_infra::metrics::CONTENT_TYPE)
                     }
                     _ => ("404 Not Found", "not found\n", "text/plain"),
                 };
@@ -48,4 +56,15 @@ pub async fn serve(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<
             });
         }
     }))
+}
+
+/// The `/metrics` page: the `vid_infra::metrics` recorder's exposition
+/// (installed here if `main` did not) followed by the scan counters.
+pub fn render_metrics() -> String {
+    let mut page = vid_infra::metrics::render();
+    if !page.is_empty() && !page.ends_with('\n') {
+        page.push('\n');
+    }
+    page.push_str(&crate::scan::METRICS.render());
+    page
 }

@@ -35,9 +35,23 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match cli.command.unwrap_or(Cmd::Run) {
         Cmd::Work { spec } => {
-            // Logs to stderr only: stdout carries the protocol.
-            let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
-            std::process::ExitCode::from(child::child_main(&spec) as u8)
+            // Logs to stderr only (stdout carries the protocol), in the
+            // service's log format (JSON in production); without readable
+            // settings, plain lines filtered by RUST_LOG. No metrics
+            // recorder: the supervisor measures the child and serves /metrics.
+            match vid_infra::settings::load::<TelemetryOnly>() {
+                Ok(s) => vid_infra::telemetry::init_stderr(&s.telemetry),
+                Err(_) => {
+                    let _ = tracing_subscriber::fmt()
+                        .with_writer(std::io::stderr)
+                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                        .try_init();
+                }
+            }
+            // The supervisor passes the job's correlation id (its operation id).
+            let correlation_id = std::env::var(child::CORRELATION_ID_ENV).unwrap_or_default();
+            let code = tracing::info_span!("work", correlation_id = %correlation_id).in_scope(|| child::child_main(&spec));
+            std::process::ExitCode::from(code as u8)
         }
         Cmd::Run => match run() {
             Ok(()) => std::process::ExitCode::SUCCESS,
@@ -50,10 +64,17 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The one section of the settings the `work` child reads.
+#[derive(serde::Deserialize)]
+struct TelemetryOnly {
+    telemetry: vid_infra::settings::TelemetrySettings,
+}
+
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
     let settings = Settings::load()?;
     vid_infra::telemetry::init(&settings.telemetry);
+    vid_infra::metrics::install();
     tracing::info!(?settings, "transcoder starting");
     std::fs::create_dir_all(&settings.transcoder.work_dir)?;
     let exe = std::env::current_exe()?;

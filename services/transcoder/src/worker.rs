@@ -27,6 +27,12 @@
 //! 7. Shutdown: the consumer is cancelled, running jobs get
 //!    `shutdown_grace_seconds` to finish; the rest are killed and requeued.
 //!
+//! Every job runs in a `job` span carrying `correlation_id` (the AMQP
+//! `x-correlation-id` header: the operation id), `operation_id` and
+//! `video_id`. Metrics: `amqp_messages_consumed_total{queue,outcome}`,
+//! `transcode_jobs_total{outcome}`, `transcode_duration_seconds{rendition}`
+//! (see `vid_infra::metrics`) next to the scan counters of [`crate::scan`].
+//!
 //! The local work directory `<work_dir>/<operation id>/` is removed when the
 //! job ends, whatever the outcome (a drop guard, so also on panic or abort).
 
@@ -87,7 +93,10 @@ type Active = Arc<Mutex<HashMap<u64, (OperationId, watch::Sender<Option<Stop>>)>
 #[derive(Debug)]
 enum JobEnd {
     /// The terminal report is confirmed: ack.
-    Reported,
+    Reported {
+        /// `Succeeded` (else `Failed`).
+        succeeded: bool,
+    },
     /// Cancelled: outputs deleted; ack, publish nothing.
     Cancelled,
     /// Shutting down: requeue at once.
@@ -98,8 +107,12 @@ enum JobEnd {
 
 impl Worker {
     /// A worker for `settings`. `child_exe` is the binary to run as
-    /// `<exe> work --spec …` (normally `std::env::current_exe()`).
+    /// `<exe> work --spec …` (normally `std::env::current_exe()`). Installs
+    /// the process's Prometheus recorder (`vid_infra::metrics::install`) if
+    /// nobody did.
     pub fn new(settings: Settings, child_exe: PathBuf) -> Self {
+        // Its counters must reach a recorder even when `main` did not install one (tests).
+        vid_infra::metrics::install();
         let s3 = vid_infra::storage::client(&settings.s3);
         let topology = Topology::new(settings.amqp.prefix.clone());
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown".into());
@@ -159,6 +172,8 @@ impl Worker {
             .basic_consume(q.name().as_str(), "", BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default())
             .await?;
         let conn = Arc::new(conn);
+        // The metric label of the exclusive, server-named control queue: its exchange (stable).
+        let control = self.topology.control_exchange();
         self.ready.store(true, Ordering::SeqCst);
         tracing::info!(queue = %self.topology.transcode_jobs(), concurrency, "consuming transcode jobs");
 
@@ -178,19 +193,26 @@ impl Worker {
                     None => break Err(anyhow!("the job consumer was closed by the broker")),
                 },
                 c = cancels.next() => match c {
-                    Some(Ok(d)) => match serde_json::from_slice::<CancelTranscode>(&d.data) {
-                        Ok(c) => {
-                            let mut held = 0;
-                            for (op, tx) in active.lock().unwrap().values() {
-                                if *op == c.operation_id {
-                                    let _ = tx.send(Some(Stop::Cancel));
-                                    held += 1;
+                    Some(Ok(d)) => {
+                        // Auto-acked (a cancel is a broadcast hint; see the module docs).
+                        consumed(&control, "ack");
+                        let correlation_id = vid_infra::amqp::correlation_id(&d.properties).unwrap_or_default();
+                        let span = tracing::info_span!("cancel", correlation_id = %correlation_id);
+                        let _g = span.enter();
+                        match serde_json::from_slice::<CancelTranscode>(&d.data) {
+                            Ok(c) => {
+                                let mut held = 0;
+                                for (op, tx) in active.lock().unwrap().values() {
+                                    if *op == c.operation_id {
+                                        let _ = tx.send(Some(Stop::Cancel));
+                                        held += 1;
+                                    }
                                 }
+                                tracing::info!(operation_id = %c.operation_id, held, "cancel received");
                             }
-                            tracing::info!(operation_id = %c.operation_id, held, "cancel received");
+                            Err(e) => tracing::warn!(error = %e, "malformed cancel message ignored"),
                         }
-                        Err(e) => tracing::warn!(error = %e, "malformed cancel message ignored"),
-                    },
+                    }
                     Some(Err(e)) => break Err(anyhow!(e).context("the control consumer failed")),
                     None => break Err(anyhow!("the control consumer was closed")),
                 },
@@ -233,40 +255,59 @@ impl Worker {
         stop: watch::Receiver<Option<Stop>>,
     ) {
         let tag = delivery.delivery_tag;
+        let queue = self.topology.transcode_jobs();
+        let correlation_id = vid_infra::amqp::correlation_id(&delivery.properties).unwrap_or_default();
         let job: TranscodeJob = match serde_json::from_slice(&delivery.data) {
             Ok(j) => j,
             Err(e) => {
+                let span = tracing::info_span!("job", correlation_id = %correlation_id);
+                let _g = span.enter();
                 tracing::error!(error = %e, body = %String::from_utf8_lossy(&delivery.data).chars().take(500).collect::<String>(), "malformed transcode job: acked and dropped");
                 if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
                     tracing::warn!(error = %e, "ack failed");
                 }
+                consumed(&queue, "ack");
+                job_outcome("malformed");
                 return;
             }
         };
-        let span = tracing::info_span!("job", operation_id = %job.operation_id, video_id = %job.video_id, redelivered = delivery.redelivered);
+        let span = tracing::info_span!(
+            "job",
+            correlation_id = %correlation_id,
+            operation_id = %job.operation_id,
+            video_id = %job.video_id,
+            redelivered = delivery.redelivered
+        );
+        span.in_scope(|| tracing::info!("job received"));
         active.lock().unwrap().insert(tag, (job.operation_id.clone(), stop_tx));
         let end = tracing::Instrument::instrument(self.process(&job, &publisher, stop), span.clone()).await;
         active.lock().unwrap().remove(&tag);
         let _g = span.enter();
-        let r = match end {
-            JobEnd::Reported => delivery.ack(BasicAckOptions::default()).await,
+        let (r, action, outcome) = match end {
+            JobEnd::Reported { succeeded } => {
+                let outcome = if succeeded { "succeeded" } else { "failed" };
+                tracing::info!(outcome, "job finished: terminal report confirmed, acked");
+                (delivery.ack(BasicAckOptions::default()).await, "ack", outcome)
+            }
             JobEnd::Cancelled => {
                 tracing::info!("job cancelled: acked, nothing more reported");
-                delivery.ack(BasicAckOptions::default()).await
+                (delivery.ack(BasicAckOptions::default()).await, "ack", "cancelled")
             }
             JobEnd::Shutdown => {
                 tracing::info!("job requeued for shutdown");
-                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+                (delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await, "requeue", "shutdown")
             }
             JobEnd::Transient(e) => {
                 tracing::warn!(error = format!("{e:#}"), "transient failure: requeueing after a backoff");
                 tokio::time::sleep(Duration::from_secs_f64(self.settings.transcoder.retry_backoff_seconds.max(0.0))).await;
-                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+                (delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await, "requeue", "retry")
             }
         };
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "ack/nack failed; the broker will redeliver the job");
+        match r {
+            Ok(()) => consumed(&queue, action),
+            Err(e) => tracing::warn!(error = %e, "ack/nack failed; the broker will redeliver the job"),
         }
+        job_outcome(outcome);
     }
 
     async fn process(&self, job: &TranscodeJob, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
@@ -287,10 +328,13 @@ impl Worker {
             other => other,
         };
         match res {
-            Ok(kind) => match reports.send(kind).await {
-                Ok(()) => JobEnd::Reported,
-                Err(e) => JobEnd::Transient(e),
-            },
+            Ok(kind) => {
+                let succeeded = matches!(kind, ReportKind::Succeeded { .. });
+                match reports.send(kind).await {
+                    Ok(()) => JobEnd::Reported { succeeded },
+                    Err(e) => JobEnd::Transient(e),
+                }
+            }
             Err(StepError::Stopped(Stop::Cancel)) => {
                 self.delete_outputs(&uploaded).await;
                 JobEnd::Cancelled
@@ -337,14 +381,24 @@ impl Worker {
             budget_per_media_second: 20.0,
             assumed_duration_seconds: t.max_duration_seconds,
         };
-        let outcome = child::supervise(child::worker_command(&self.child_exe, &spec), limits, stop.clone(), |m| match m {
-            ChildMessage::Probed { .. } => progress.set(Phase::Transcoding, 12.0),
+        let spawned = Instant::now();
+        let mut probed_at: Option<Instant> = None;
+        let mut cmd = child::worker_command(&self.child_exe, &spec);
+        cmd.env(child::CORRELATION_ID_ENV, job.operation_id.as_str());
+        let outcome = child::supervise(cmd, limits, stop.clone(), |m| match m {
+            ChildMessage::Probed { .. } => {
+                probed_at = Some(Instant::now());
+                progress.set(Phase::Transcoding, 12.0)
+            }
             ChildMessage::Progress { fraction } => progress.set(Phase::Transcoding, 12.0 + 78.0 * fraction),
             _ => {}
         })
         .await;
         let outcome: MediaOutcome = match outcome {
-            ChildOutcome::Succeeded(o) => o,
+            ChildOutcome::Succeeded(o) => {
+                record_transcode_durations(&o, probed_at.unwrap_or(spawned).elapsed());
+                o
+            }
             ChildOutcome::Failed { error, source } => {
                 tracing::info!(code = %error.code, detail = ?error.detail, "permanent failure");
                 return Ok(ReportKind::Failed { error, source });
@@ -562,6 +616,32 @@ impl Worker {
                 Err(e) => tracing::warn!(key, error = %DisplayErrorContext(e), "cancelled: could not delete an output"),
             }
         }
+    }
+}
+
+/// Counts one message settled by this worker in
+/// `amqp_messages_consumed_total{queue, outcome}` (`ack` or `requeue`).
+fn consumed(queue: &str, outcome: &'static str) {
+    vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => outcome).increment(1);
+}
+
+/// Counts one job delivery's end in `transcode_jobs_total{outcome}`:
+/// `succeeded`, `failed` (terminal reports), `cancelled`, `shutdown`
+/// (requeued by a shutdown), `retry` (transient failure, requeued), `malformed`.
+fn job_outcome(outcome: &'static str) {
+    vid_infra::metrics::counter!("transcode_jobs_total", "outcome" => outcome).increment(1);
+}
+
+/// Records `transcode_duration_seconds{rendition}` for every rung produced.
+///
+/// The child decodes once and feeds every rung's encoder from that single
+/// decode, so all rungs of a job complete together: each gets the wall-clock
+/// time of the transcode pass, from the child's `probed` line to its
+/// `succeeded` line, measured here in the supervising process (the child
+/// records no metrics: it lives for one job and serves nothing).
+fn record_transcode_durations(outcome: &MediaOutcome, elapsed: Duration) {
+    for r in &outcome.transcoded.renditions {
+        vid_infra::metrics::histogram!("transcode_duration_seconds", "rendition" => r.name.clone()).record(elapsed.as_secs_f64());
     }
 }
 

@@ -298,6 +298,26 @@ async fn worker_against_rabbitmq_and_garage() {
     let m = ch.basic_get(&h.topology.transcode_jobs(), BasicGetOptions { no_ack: true }).await.unwrap().expect("requeued job");
     assert_eq!(serde_json::from_slice::<TranscodeJob>(&m.delivery.data).unwrap().operation_id, job.operation_id);
 
+    // 7. The worker's /metrics page counted all of it (this test's queue is its own;
+    // the job counters are process-wide, hence at least).
+    let page = vid_transcoder::health::render_metrics();
+    let sample = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        page.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let jobs_queue = h.topology.transcode_jobs();
+    assert_eq!(sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "ack")]), 4.0, "success, failure, malformed, cancel:\n{page}");
+    assert!(sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "requeue")]) >= 5.0, "{page}");
+    assert!(sample("amqp_messages_consumed_total", &[("queue", &h.topology.control_exchange()), ("outcome", "ack")]) >= 1.0, "{page}");
+    for (outcome, at_least) in [("succeeded", 1.0), ("failed", 1.0), ("malformed", 1.0), ("retry", 5.0), ("cancelled", 1.0), ("shutdown", 1.0)] {
+        assert!(sample("transcode_jobs_total", &[("outcome", outcome)]) >= at_least, "transcode_jobs_total{{outcome={outcome}}}:\n{page}");
+    }
+    assert!(sample("transcode_duration_seconds_count", &[("rendition", "360p")]) >= 1.0, "{page}");
+    assert!(page.contains("vid_transcoder_scans_total{outcome="), "the scan counters stay on the page:\n{page}");
+
     // Clean up the broker and the bucket.
     for q in [h.topology.transcode_jobs(), h.topology.transcode_dead(), h.topology.transcode_reports(), h.topology.webhook_events()] {
         let _ = ch.queue_delete(&q, QueueDeleteOptions::default()).await;

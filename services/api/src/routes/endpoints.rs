@@ -6,6 +6,7 @@
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use serde::{Deserialize, Serialize};
 use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint, EndpointStatus, SignatureFormat};
 use vid_core::event::EventType;
 use vid_core::EndpointId;
@@ -158,14 +159,108 @@ async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Pat
     Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
 }
 
-/// `GET /webhook-endpoints`: every endpoint of the tenant, newest first.
+/// How many of an endpoint's latest deliveries [`EndpointHealth`] looks at.
+pub const HEALTH_WINDOW: i64 = 100;
+
+/// Delivery health of one endpoint, over its latest [`HEALTH_WINDOW`] deliveries.
+///
+/// Read from the dispatcher's `webhook_deliveries` and `webhook_attempts`
+/// (through their `(endpoint_id, id)` and `(delivery_id, attempt_number)` indexes).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(utoipa::ToSchema)]
+pub struct EndpointHealth {
+    /// How many of the latest 100 deliveries have had at least one attempt.
+    pub recent_deliveries: i64,
+    /// How many of those are `succeeded`.
+    pub recent_succeeded: i64,
+    /// `recent_succeeded / recent_deliveries`, from 0 to 1; `null` when nothing was attempted yet.
+    /// A delivery still retrying counts as not (yet) succeeded.
+    pub success_rate: Option<f64>,
+    /// When the latest attempt among those deliveries ran (RFC 3339); `null` if none.
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// The HTTP status that attempt got, if the endpoint answered.
+    pub last_attempt_status: Option<i32>,
+    /// That attempt's error class (`dns`, `connect`, `timeout`, `tls`, `blocked_address`,
+    /// `redirect`, `http`); `null` if it succeeded or there is none.
+    pub last_attempt_error_class: Option<String>,
+}
+
+/// An endpoint with its delivery health, as `GET /webhook-endpoints` lists it.
+#[derive(Debug, Clone, Serialize)]
+#[derive(utoipa::ToSchema)]
+pub struct EndpointSummary {
+    /// The endpoint's fields.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// Success rate and last attempt over the latest deliveries.
+    pub health: EndpointHealth,
+}
+
+#[derive(QueryableByName)]
+struct HealthRow {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    endpoint_id: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    recent: i64,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    succeeded: i64,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
+    last_attempt_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
+    last_attempt_status: Option<i32>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    last_attempt_error_class: Option<String>,
+}
+
+/// The [`EndpointHealth`] of each endpoint in `ids` (one query; endpoints
+/// without deliveries get zero counts and `null`s).
+pub async fn health_of(conn: &mut vid_db::PooledConn, ids: &[String]) -> ApiResult<std::collections::HashMap<String, EndpointHealth>> {
+    let rows: Vec<HealthRow> = diesel::sql_query(
+        "SELECT e.id AS endpoint_id, r.recent, r.succeeded, la.started_at AS last_attempt_at, \
+                la.response_status AS last_attempt_status, la.error_class AS last_attempt_error_class \
+         FROM unnest($1::text[]) AS e(id) \
+         CROSS JOIN LATERAL ( \
+             SELECT count(*) FILTER (WHERE d.attempt_count > 0) AS recent, \
+                    count(*) FILTER (WHERE d.attempt_count > 0 AND d.status = 'succeeded') AS succeeded, \
+                    (array_agg(d.id ORDER BY d.last_attempt_at DESC) FILTER (WHERE d.last_attempt_at IS NOT NULL))[1] AS last_delivery \
+             FROM (SELECT id, status, attempt_count, last_attempt_at FROM webhook_deliveries \
+                   WHERE endpoint_id = e.id ORDER BY id DESC LIMIT $2) d \
+         ) r \
+         LEFT JOIN LATERAL ( \
+             SELECT a.started_at, a.response_status, a.error_class FROM webhook_attempts a \
+             WHERE a.delivery_id = r.last_delivery ORDER BY a.attempt_number DESC LIMIT 1 \
+         ) la ON true",
+    )
+    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(ids)
+    .bind::<diesel::sql_types::BigInt, _>(HEALTH_WINDOW)
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let health = EndpointHealth {
+                recent_deliveries: r.recent,
+                recent_succeeded: r.succeeded,
+                success_rate: (r.recent > 0).then(|| r.succeeded as f64 / r.recent as f64),
+                last_attempt_at: r.last_attempt_at,
+                last_attempt_status: r.last_attempt_status,
+                last_attempt_error_class: r.last_attempt_error_class,
+            };
+            (r.endpoint_id, health)
+        })
+        .collect())
+}
+
+/// `GET /webhook-endpoints`: every endpoint of the tenant, newest first, each
+/// with its delivery `health` (success rate and last attempt over its latest
+/// 100 deliveries).
 #[utoipa::path(
     get,
     path = "/webhook-endpoints",
     tag = "webhook-endpoints",
     security(("api_key" = [])),
     responses(
-        (status = 200, description = "Every endpoint of the tenant, newest first.", body = crate::openapi::EndpointList),
+        (status = 200, description = "Every endpoint of the tenant, newest first, with its delivery health.", body = crate::openapi::EndpointList),
         (status = 401, response = crate::openapi::Unauthorized),
         (status = 503, response = crate::openapi::Unavailable),
     ),
@@ -179,7 +274,15 @@ async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult
         .select(EndpointRow::as_select())
         .load(&mut conn)
         .await?;
-    let data: Vec<Endpoint> = rows.into_iter().map(EndpointRow::into_endpoint).collect();
+    let ids: Vec<String> = rows.iter().map(|r| r.id.to_string()).collect();
+    let mut health = health_of(&mut conn, &ids).await?;
+    let data: Vec<EndpointSummary> = rows
+        .into_iter()
+        .map(|r| {
+            let health = health.remove(r.id.as_str()).unwrap_or_default();
+            EndpointSummary { endpoint: r.into_endpoint(), health }
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(serde_json::json!({ "data": data })))
 }
 

@@ -1,4 +1,8 @@
-//! `/healthz` (liveness: the process answers) and `/readyz` (dependencies reachable).
+//! `/healthz` (liveness: the process answers), `/readyz` (dependencies
+//! reachable) and `/metrics` (Prometheus text format, see [`crate::metrics`]).
+//!
+//! All three need no API key; they are documented in the OpenAPI document
+//! under the `meta` tag, `/metrics` with its `text/plain` body.
 
 use actix_web::{web, HttpResponse};
 use vid_db::RunQueryDsl;
@@ -7,7 +11,9 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz));
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz))
+        .route("/metrics", web::get().to(metrics));
 }
 
 /// Liveness: the process answers. Cheap; touches no dependency.
@@ -46,4 +52,18 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     } else {
         HttpResponse::ServiceUnavailable().json(body)
     }
+}
+
+/// Prometheus scrape target: every metric of this process in the text
+/// exposition format 0.0.4 (names listed in `vid_infra::metrics`). No API key:
+/// it carries no tenant data, only route patterns, status codes, counts and
+/// latencies.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "meta",
+    responses((status = 200, description = "Prometheus text exposition format 0.0.4.", body = String, content_type = "text/plain; version=0.0.4")),
+)]
+async fn metrics() -> HttpResponse {
+    crate::metrics::metrics().await
 }
