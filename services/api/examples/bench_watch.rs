@@ -59,6 +59,9 @@ async fn create_operations(db: &vid_db::Pool, tenant: &TenantId, n: usize) -> Ve
     ops
 }
 
+// Opening a stream yields the JoinHandle of its forwarding task on purpose: the
+// handles are collected and joined once every stream is open.
+#[allow(clippy::async_yields_async)]
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);

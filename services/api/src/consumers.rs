@@ -23,11 +23,17 @@ use crate::state::AppState;
 /// messages prefetched but not started go back to the queue when the channel
 /// closes, unacked, for another replica.
 pub async fn run(state: AppState, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(200);
+    const FIRST: Duration = Duration::from_millis(200);
+    let mut backoff = FIRST;
     loop {
+        let started = std::time::Instant::now();
         match session(&state, &mut shutdown).await {
             Ok(()) => return,
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "report consumer interrupted; reconnecting"),
+        }
+        // A session that ran for a while was healthy: the next outage starts the backoff afresh.
+        if started.elapsed() > Duration::from_secs(30) {
+            backoff = FIRST;
         }
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}

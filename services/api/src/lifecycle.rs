@@ -201,7 +201,7 @@ pub async fn finish(db: &vid_db::Pool, topology: &Topology, id: &OperationId, ou
                         .set((
                             videos::source.eq(serde_json::to_value(&source)?),
                             videos::renditions.eq(serde_json::to_value(&renditions)?),
-                            videos::poster.eq(poster.map(|p| serde_json::to_value(p)).transpose()?),
+                            videos::poster.eq(poster.map(serde_json::to_value).transpose()?),
                         ))
                         .execute(conn)
                         .await?;

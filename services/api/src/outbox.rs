@@ -98,11 +98,17 @@ const STALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// that deletes its rows, so a shutdown re-sends nothing), relays once more
 /// what is already committed, closes its connection and returns.
 pub async fn run_relay(db: vid_db::Pool, amqp: AmqpSettings, notify: Arc<Notify>, mut shutdown: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(200);
+    const FIRST: Duration = Duration::from_millis(200);
+    let mut backoff = FIRST;
     loop {
+        let started = std::time::Instant::now();
         match relay_session(&db, &amqp, &notify, &mut shutdown).await {
             Ok(()) => return,
             Err(e) => {
+                // A session that ran for a while was healthy: start the backoff afresh.
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff = FIRST;
+                }
                 tracing::warn!(error = %format!("{e:#}"), "outbox relay interrupted; restarting");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

@@ -130,14 +130,20 @@ impl Worker {
     /// failures (jobs in flight then are killed; the broker redelivers them).
     /// Returns after a graceful shutdown.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-        let mut delay = Duration::from_millis(500);
+        const FIRST: Duration = Duration::from_millis(500);
+        let mut delay = FIRST;
         loop {
             if *shutdown.borrow() {
                 return Ok(());
             }
+            let started = std::time::Instant::now();
             match self.session(&mut shutdown).await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
+                    // A session that ran for a while was healthy: start the backoff afresh.
+                    if started.elapsed() > Duration::from_secs(30) {
+                        delay = FIRST;
+                    }
                     self.ready.store(false, Ordering::SeqCst);
                     tracing::error!(error = format!("{e:#}"), retry_in_ms = delay.as_millis() as u64, "AMQP session ended; reconnecting");
                     tokio::select! {

@@ -159,7 +159,7 @@ async fn two_replicas_of_each_service_give_the_same_results_as_one() {
     // One replica of each.
     let single = Stack::start(&json_info).await;
     single.wait_transcoder_ready(Duration::from_secs(60)).await;
-    let one = run_batch(&single, &[single.api_url.clone()], &clips).await;
+    let one = run_batch(&single, std::slice::from_ref(&single.api_url), &clips).await;
     drop(single);
 
     // Two replicas of each, on a fresh database and prefix.

@@ -594,8 +594,10 @@ where
     Fut: std::future::Future<Output = Result<Page<T>, ClientError>>,
 {
     let mut first = fetch(page.cursor.clone()).await?;
-    while page.all {
-        let Some(c) = first.next_cursor.take() else { break };
+    if !page.all {
+        return Ok(first);
+    }
+    while let Some(c) = first.next_cursor.take() {
         let next = fetch(Some(c)).await?;
         first.data.extend(next.data);
         first.next_cursor = next.next_cursor;

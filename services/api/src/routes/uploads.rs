@@ -371,20 +371,18 @@ async fn complete_upload(
 }
 
 async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, body: CompleteUpload) -> ApiResult<HttpResponse> {
-    let state = state;
-    let tenant = tenant;
     let row = load_upload(state, tenant, &id).await?;
     refuse_if_closed(&row)?;
     if let (UploadStatus::Completed, Some(op_id)) = (row.status(), &row.operation_id) {
-        return accepted(&state, &tenant, op_id).await;
+        return accepted(state, tenant, op_id).await;
     }
 
-    let stored = storage::list_parts(&state, &row.storage_key, &row.s3_upload_id).await?;
+    let stored = storage::list_parts(state, &row.storage_key, &row.s3_upload_id).await?;
     match stored {
         Some(stored) => {
             check_parts(&row, &stored, body.parts)?;
-            mark_completing(&state, &id).await?;
-            let assembled = storage::complete_multipart(&state, &row.storage_key, &row.s3_upload_id, &stored).await?;
+            mark_completing(state, &id).await?;
+            let assembled = storage::complete_multipart(state, &row.storage_key, &row.s3_upload_id, &stored).await?;
             if !assembled {
                 tracing::info!(upload = %id, "storage already assembled this upload; checking the object");
             }
@@ -396,7 +394,7 @@ async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, b
         }
     }
 
-    match storage::object_size(&state, &row.storage_key).await? {
+    match storage::object_size(state, &row.storage_key).await? {
         Some(size) if size == row.size_bytes as u64 => {}
         Some(size) => {
             return Err(ApiError::Conflict {
@@ -413,9 +411,9 @@ async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, b
         }
     }
 
-    let op_id = finalize(&state, &tenant, &row).await?;
+    let op_id = finalize(state, tenant, &row).await?;
     state.outbox_notify.notify_one();
-    accepted(&state, &tenant, &op_id).await
+    accepted(state, tenant, &op_id).await
 }
 
 fn check_parts(row: &UploadRow, stored: &[StoredPart], given: Option<Vec<vid_core::upload::CompletedPart>>) -> ApiResult<()> {
