@@ -7,7 +7,9 @@
 # local stack must be up (`make infra`).
 #
 #   EVENTS=4000 ENDPOINTS=1 PER_ENDPOINT_CONCURRENCY=64 WRK_DURATION=10s scripts/bench-dispatch.sh
-# (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, WRK_THREADS, WRK_CONNECTIONS)
+# (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, PUBLISH_CONCURRENCY,
+#  WRK_THREADS, WRK_CONNECTIONS). Figures and their reading: README.md,
+#  "Webhook dispatcher throughput".
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 WRK_THREADS="${WRK_THREADS:-2}"

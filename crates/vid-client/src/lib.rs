@@ -146,11 +146,17 @@ impl Client {
         if !status.is_success() {
             return Err(match serde_json::from_slice::<Problem>(&bytes) {
                 Ok(p) => ClientError::Api(p),
-                Err(_) => ClientError::Unexpected { status: status.as_u16(), body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into() },
+                Err(_) => ClientError::Unexpected {
+                    status: status.as_u16(),
+                    body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into(),
+                },
             });
         }
         let body = if status == StatusCode::NO_CONTENT || bytes.is_empty() { b"null".as_slice() } else { &bytes };
-        let value = serde_json::from_slice(body).map_err(|e| ClientError::Unexpected { status: status.as_u16(), body: format!("{e}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(512)])) })?;
+        let value = serde_json::from_slice(body).map_err(|e| ClientError::Unexpected {
+            status: status.as_u16(),
+            body: format!("{e}: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(512)])),
+        })?;
         Ok((value, location))
     }
 
@@ -272,7 +278,10 @@ impl Client {
             let bytes = resp.bytes().await?;
             return Err(match serde_json::from_slice::<Problem>(&bytes) {
                 Ok(p) => ClientError::Api(p),
-                Err(_) => ClientError::Unexpected { status: status.as_u16(), body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into() },
+                Err(_) => ClientError::Unexpected {
+                    status: status.as_u16(),
+                    body: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into(),
+                },
             });
         }
         Ok(Some(OperationEvents { resp, buf: Vec::new() }))

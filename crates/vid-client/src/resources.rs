@@ -64,12 +64,8 @@ impl Client {
     /// `GET /webhook-endpoints/{id}/deliveries`: newest first, each with its `attempts`.
     pub async fn list_deliveries(&self, id: &EndpointId, filter: &DeliveryFilter<'_>) -> Result<Page<serde_json::Value>, ClientError> {
         let limit = filter.limit.map(|l| l.to_string());
-        let q = query(&[
-            ("status", filter.status),
-            ("event_type", filter.event_type),
-            ("limit", limit.as_deref()),
-            ("cursor", filter.cursor),
-        ]);
+        let q =
+            query(&[("status", filter.status), ("event_type", filter.event_type), ("limit", limit.as_deref()), ("cursor", filter.cursor)]);
         self.get(&format!("/webhook-endpoints/{id}/deliveries?{q}")).await
     }
 

@@ -219,7 +219,13 @@ impl<'a> Uploader<'a> {
         }
     }
 
-    async fn resume(&self, file: &Arc<std::fs::File>, size: u64, id: UploadId, state_path: Option<&Path>) -> Result<UploadOutcome, ClientError> {
+    async fn resume(
+        &self,
+        file: &Arc<std::fs::File>,
+        size: u64,
+        id: UploadId,
+        state_path: Option<&Path>,
+    ) -> Result<UploadOutcome, ClientError> {
         let state = self.client.get_upload(&id).await?;
         let already: Vec<u32> = state.parts.iter().map(|p| p.part_number).collect();
         let mut parts_sent = Vec::new();
@@ -260,9 +266,8 @@ impl<'a> Uploader<'a> {
         let limit = self.stop_after_parts.unwrap_or(usize::MAX);
         let total = parts.len();
         let mut sent = Vec::with_capacity(total);
-        let mut stream = futures::stream::iter(parts.into_iter().take(limit))
-            .map(|part| self.send_part(file, id, part))
-            .buffer_unordered(self.parallel);
+        let mut stream =
+            futures::stream::iter(parts.into_iter().take(limit)).map(|part| self.send_part(file, id, part)).buffer_unordered(self.parallel);
         while let Some(result) = stream.next().await {
             let n = result?;
             self.progress.part_sent(n);
@@ -276,10 +281,10 @@ impl<'a> Uploader<'a> {
 
     async fn resign(&self, id: &UploadId, part: u32) -> Result<PartUrl, ClientError> {
         let mut fresh = self.client.sign_parts(id, &[part]).await?.parts;
-        fresh.pop().filter(|p| p.part_number == part).ok_or_else(|| ClientError::Unexpected {
-            status: 200,
-            body: format!("parts:sign did not answer with part {part}"),
-        })
+        fresh
+            .pop()
+            .filter(|p| p.part_number == part)
+            .ok_or_else(|| ClientError::Unexpected { status: 200, body: format!("parts:sign did not answer with part {part}") })
     }
 
     /// Sends one part; answers its number once storage accepted it.
@@ -378,7 +383,11 @@ fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
 /// old" (or closes the connection before reading the body).
 pub fn url_refused(status: u16, body: &str) -> bool {
     let b = body.to_ascii_lowercase();
-    let says = b.contains("expired") || b.contains("too old") || b.contains("accessdenied") || b.contains("signaturedoesnotmatch") || b.contains("invalidaccesskeyid");
+    let says = b.contains("expired")
+        || b.contains("too old")
+        || b.contains("accessdenied")
+        || b.contains("signaturedoesnotmatch")
+        || b.contains("invalidaccesskeyid");
     match status {
         403 => true,
         400 => says || b.contains("authorizationqueryparameterserror"),

@@ -33,13 +33,8 @@ pub enum EventType {
 
 impl EventType {
     /// Every event type, for validating endpoint filters.
-    pub const ALL: [EventType; 5] = [
-        Self::VideoProcessing,
-        Self::VideoReady,
-        Self::VideoFailed,
-        Self::VideoCancelled,
-        Self::WebhookEndpointDisabled,
-    ];
+    pub const ALL: [EventType; 5] =
+        [Self::VideoProcessing, Self::VideoReady, Self::VideoFailed, Self::VideoCancelled, Self::WebhookEndpointDisabled];
 
     /// The wire name, e.g. `video.ready`.
     pub fn as_str(self) -> &'static str {
@@ -117,11 +112,7 @@ mod tests {
             id: EventId::generate(),
             type_: EventType::VideoReady,
             created: 1_792_055_521,
-            data: EventData::Video(VideoEventData {
-                video_id: VideoId::generate(),
-                operation_id: OperationId::generate(),
-                version: 2,
-            }),
+            data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
         };
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["type"], "video.ready");

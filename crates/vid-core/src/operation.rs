@@ -235,7 +235,11 @@ mod tests {
             updated_at: "2026-10-15T09:12:30Z".parse().unwrap(),
             result: None,
             error: None,
-            metadata: OperationMetadata { phase: Some(Phase::Transcoding), video_id: Some(VideoId::generate()), scan: Some(ScanOutcome::Clean) },
+            metadata: OperationMetadata {
+                phase: Some(Phase::Transcoding),
+                video_id: Some(VideoId::generate()),
+                scan: Some(ScanOutcome::Clean),
+            },
         };
         let v = serde_json::to_value(&op).unwrap();
         for key in ["id", "status", "progress", "created_at", "result", "error"] {
@@ -259,7 +263,13 @@ mod tests {
 
     #[test]
     fn statuses_parse_and_know_whether_they_are_terminal() {
-        for s in [OperationStatus::Pending, OperationStatus::Running, OperationStatus::Succeeded, OperationStatus::Failed, OperationStatus::Cancelled] {
+        for s in [
+            OperationStatus::Pending,
+            OperationStatus::Running,
+            OperationStatus::Succeeded,
+            OperationStatus::Failed,
+            OperationStatus::Cancelled,
+        ] {
             assert_eq!(OperationStatus::parse(s.as_str()), Some(s));
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

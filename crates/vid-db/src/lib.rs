@@ -34,10 +34,7 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// opened lazily; nothing is contacted here.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(settings.url.expose_secret());
-    deadpool::Pool::builder(manager)
-        .max_size(settings.pool_size)
-        .build()
-        .context("building the database pool")
+    deadpool::Pool::builder(manager).max_size(settings.pool_size).build().context("building the database pool")
 }
 
 /// Runs every pending migration against `url`; returns the versions applied.
@@ -45,10 +42,9 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
-        let mut conn = <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
-        let applied = conn
-            .run_pending_migrations(MIGRATIONS)
-            .map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
+        let mut conn =
+            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
+        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
         Ok(applied.into_iter().map(|v| v.to_string()).collect())
     })
     .await?

@@ -23,7 +23,6 @@ pub enum SealError {
     Rng,
 }
 
-
 /// The master key that seals and opens secrets.
 pub struct SealingKey(LessSafeKey);
 

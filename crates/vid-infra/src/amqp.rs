@@ -19,9 +19,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -105,9 +103,7 @@ impl Topology {
             (self.events_exchange(), ExchangeKind::Direct),
             (self.control_exchange(), ExchangeKind::Fanout),
         ] {
-            ch.exchange_declare(&ex, kind, durable, FieldTable::default())
-                .await
-                .with_context(|| format!("declaring exchange {ex}"))?;
+            ch.exchange_declare(&ex, kind, durable, FieldTable::default()).await.with_context(|| format!("declaring exchange {ex}"))?;
         }
 
         let mut jobs_args = quorum_args();
@@ -210,10 +206,8 @@ impl Publisher {
         if let Some(id) = correlation_id {
             headers.insert(HEADER_CORRELATION_ID.into(), AMQPValue::LongString(id.into()));
         }
-        let props = BasicProperties::default()
-            .with_delivery_mode(2)
-            .with_content_type(ShortString::from("application/json"))
-            .with_headers(headers);
+        let props =
+            BasicProperties::default().with_delivery_mode(2).with_content_type(ShortString::from("application/json")).with_headers(headers);
         let confirm = self
             .channel
             .basic_publish(exchange, routing_key, BasicPublishOptions { mandatory: true, ..Default::default() }, payload, props)

@@ -39,8 +39,7 @@ pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Resul
     for key in LIST_KEYS {
         let var = format!("VID__{}", key.to_ascii_uppercase().replace('.', "__"));
         if let Ok(value) = std::env::var(&var) {
-            let items: Vec<String> =
-                value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            let items: Vec<String> = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
             builder = builder.set_override(*key, items)?;
         }
     }
@@ -49,12 +48,8 @@ pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Resul
 
 /// Settings that are lists; their environment variables are comma-separated
 /// (`VID__UPLOADS__ALLOWED_CONTENT_TYPES=video/mp4,video/webm`).
-pub const LIST_KEYS: &[&str] = &[
-    "webhooks.allow_cidrs",
-    "uploads.allowed_content_types",
-    "dispatcher.retry_schedule_seconds",
-    "transcoder.ladder",
-];
+pub const LIST_KEYS: &[&str] =
+    &["webhooks.allow_cidrs", "uploads.allowed_content_types", "dispatcher.retry_schedule_seconds", "transcoder.ladder"];
 
 /// `[database]`: PostgreSQL.
 #[derive(Debug, Clone, Deserialize)]

@@ -3,9 +3,7 @@
 //! path-style addressing, and checksums only `WhenRequired` (the newer default
 //! CRC32 trailers are not understood by every store).
 
-use aws_sdk_s3::config::{
-    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use secrecy::ExposeSecret;
 
 use crate::settings::S3Settings;
@@ -23,13 +21,8 @@ pub fn presigning_client(settings: &S3Settings) -> aws_sdk_s3::Client {
 }
 
 fn build(settings: &S3Settings, endpoint: &str) -> aws_sdk_s3::Client {
-    let credentials = Credentials::new(
-        settings.access_key_id.clone(),
-        settings.secret_access_key.expose_secret().to_owned(),
-        None,
-        None,
-        "vid-settings",
-    );
+    let credentials =
+        Credentials::new(settings.access_key_id.clone(), settings.secret_access_key.expose_secret().to_owned(), None, None, "vid-settings");
     let config = aws_sdk_s3::config::Builder::new()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(settings.region.clone()))

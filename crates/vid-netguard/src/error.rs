@@ -79,12 +79,8 @@ pub enum UrlError {
 
 fn blocked_message(host: Option<&str>, blocked: &BlockedAddress) -> String {
     match host {
-        Some(host) => format!(
-            "`{host}` resolves to a refused address: {blocked}; webhooks may only target globally routable addresses"
-        ),
-        None => format!(
-            "address refused: {blocked}; webhooks may only target globally routable addresses"
-        ),
+        Some(host) => format!("`{host}` resolves to a refused address: {blocked}; webhooks may only target globally routable addresses"),
+        None => format!("address refused: {blocked}; webhooks may only target globally routable addresses"),
     }
 }
 
@@ -117,8 +113,6 @@ impl UrlError {
     }
 
     pub(crate) fn invalid(reason: impl Into<String>) -> Self {
-        UrlError::InvalidUrl {
-            reason: reason.into(),
-        }
+        UrlError::InvalidUrl { reason: reason.into() }
     }
 }

@@ -27,23 +27,20 @@ fn parse_part(part: &str) -> Option<u64> {
     if part.is_empty() {
         return None;
     }
-    let (digits, radix) =
-        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
-            (hex, 16)
-        } else if part.len() > 1 && part.starts_with('0') {
-            (&part[1..], 8)
-        } else {
-            (part, 10)
-        };
+    let (digits, radix) = if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+        (hex, 16)
+    } else if part.len() > 1 && part.starts_with('0') {
+        (&part[1..], 8)
+    } else {
+        (part, 10)
+    };
     if digits.is_empty() {
         return Some(0);
     }
     let mut value: u64 = 0;
     for c in digits.chars() {
         let d = c.to_digit(radix)?;
-        value = value
-            .checked_mul(u64::from(radix))?
-            .checked_add(u64::from(d))?;
+        value = value.checked_mul(u64::from(radix))?.checked_add(u64::from(d))?;
         if value > u64::from(u32::MAX) {
             return None;
         }
@@ -89,9 +86,7 @@ pub(crate) fn ends_in_number(host: &str) -> bool {
     if !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()) {
         return true;
     }
-    last.strip_prefix("0x")
-        .or_else(|| last.strip_prefix("0X"))
-        .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+    last.strip_prefix("0x").or_else(|| last.strip_prefix("0X")).is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]

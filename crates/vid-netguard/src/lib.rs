@@ -58,11 +58,6 @@ mod webhook_url;
 
 pub use error::UrlError;
 pub use policy::{AddressPolicy, UrlPolicy};
-pub use ranges::{
-    check_global, embedded_ipv4, BlockedAddress, Embedding, RangeKind, SpecialRange,
-    GLOBAL_UNICAST, V4_TABLE, V6_TABLE,
-};
-pub use resolve::{
-    check_registration, resolve_checked, Resolve, ResolveFuture, StaticResolver, SystemResolver,
-};
+pub use ranges::{check_global, embedded_ipv4, BlockedAddress, Embedding, RangeKind, SpecialRange, GLOBAL_UNICAST, V4_TABLE, V6_TABLE};
+pub use resolve::{check_registration, resolve_checked, Resolve, ResolveFuture, StaticResolver, SystemResolver};
 pub use webhook_url::{WebhookHost, WebhookUrl, MAX_URL_LEN};

@@ -37,9 +37,7 @@ impl AddressPolicy {
     /// embedding forms (NAT64, 6to4) only match IPv6 CIDRs.
     pub fn is_allowlisted(&self, ip: IpAddr) -> bool {
         let canonical = ip.to_canonical();
-        self.allow_cidrs
-            .iter()
-            .any(|net| net.contains(&ip) || net.contains(&canonical))
+        self.allow_cidrs.iter().any(|net| net.contains(&ip) || net.contains(&canonical))
     }
 
     /// Decides whether `ip` may be connected to: `Ok` if allow-listed or
@@ -77,10 +75,7 @@ pub struct UrlPolicy {
 impl UrlPolicy {
     /// `https` required, empty allow-list.
     pub fn strict() -> Self {
-        Self {
-            require_https: true,
-            addresses: AddressPolicy::default(),
-        }
+        Self { require_https: true, addresses: AddressPolicy::default() }
     }
 
     /// Builder-style: set [`require_https`](Self::require_https).
@@ -111,18 +106,12 @@ struct UrlPolicyRepr {
 
 impl From<UrlPolicyRepr> for UrlPolicy {
     fn from(r: UrlPolicyRepr) -> Self {
-        Self {
-            require_https: r.require_https,
-            addresses: AddressPolicy::new(r.allow_cidrs),
-        }
+        Self { require_https: r.require_https, addresses: AddressPolicy::new(r.allow_cidrs) }
     }
 }
 
 impl From<UrlPolicy> for UrlPolicyRepr {
     fn from(p: UrlPolicy) -> Self {
-        Self {
-            require_https: p.require_https,
-            allow_cidrs: p.addresses.allow_cidrs,
-        }
+        Self { require_https: p.require_https, allow_cidrs: p.addresses.allow_cidrs }
     }
 }

@@ -244,14 +244,7 @@ impl fmt::Display for BlockedAddress {
                 r.net,
                 r.rfc
             ),
-            None => write!(
-                f,
-                "{} is {} ({}, {})",
-                self.address,
-                r.kind.description(),
-                r.net,
-                r.rfc
-            ),
+            None => write!(f, "{} is {} ({}, {})", self.address, r.kind.description(), r.net, r.rfc),
         }
     }
 }
@@ -268,19 +261,11 @@ const fn v6(a: u16, b: u16, c: u16, d: u16, e: u16, f: u16, g: u16, h: u16, len:
 }
 
 const fn r4(net: Ipv4Net, kind: RangeKind, rfc: &'static str) -> SpecialRange {
-    SpecialRange {
-        net: IpNet::V4(net),
-        kind,
-        rfc,
-    }
+    SpecialRange { net: IpNet::V4(net), kind, rfc }
 }
 
 const fn r6(net: Ipv6Net, kind: RangeKind, rfc: &'static str) -> SpecialRange {
-    SpecialRange {
-        net: IpNet::V6(net),
-        kind,
-        rfc,
-    }
+    SpecialRange { net: IpNet::V6(net), kind, rfc }
 }
 
 /// IPv4 special-purpose ranges that are refused, first match wins
@@ -290,50 +275,26 @@ const fn r6(net: Ipv6Net, kind: RangeKind, rfc: &'static str) -> SpecialRange {
 /// intentionally not listed.
 pub const V4_TABLE: &[SpecialRange] = &[
     // Limited broadcast. Before 240/4 for a precise message.
-    r4(
-        v4(255, 255, 255, 255, 32),
-        RangeKind::Broadcast,
-        "RFC 919, RFC 8190",
-    ),
+    r4(v4(255, 255, 255, 255, 32), RangeKind::Broadcast, "RFC 919, RFC 8190"),
     // "This host on this network"; connecting to 0.0.0.0 reaches localhost on Linux.
-    r4(
-        v4(0, 0, 0, 0, 8),
-        RangeKind::ThisNetwork,
-        "RFC 1122 §3.2.1.3",
-    ),
+    r4(v4(0, 0, 0, 0, 8), RangeKind::ThisNetwork, "RFC 1122 §3.2.1.3"),
     r4(v4(10, 0, 0, 0, 8), RangeKind::Private, "RFC 1918"),
     // Shared address space (CGNAT); also e.g. Alibaba Cloud metadata 100.100.100.200.
-    r4(
-        v4(100, 64, 0, 0, 10),
-        RangeKind::SharedAddressSpace,
-        "RFC 6598",
-    ),
+    r4(v4(100, 64, 0, 0, 10), RangeKind::SharedAddressSpace, "RFC 6598"),
     r4(v4(127, 0, 0, 0, 8), RangeKind::Loopback, "RFC 1122"),
     // Link-local; 169.254.169.254 is the AWS/GCP/Azure metadata service.
     r4(v4(169, 254, 0, 0, 16), RangeKind::LinkLocal, "RFC 3927"),
     r4(v4(172, 16, 0, 0, 12), RangeKind::Private, "RFC 1918"),
     // IETF protocol assignments (DS-Lite, PCP/TURN anycast, NAT64 discovery...).
-    r4(
-        v4(192, 0, 0, 0, 24),
-        RangeKind::Ipv4ProtocolAssignments,
-        "RFC 6890 §2.2.2",
-    ),
+    r4(v4(192, 0, 0, 0, 24), RangeKind::Ipv4ProtocolAssignments, "RFC 6890 §2.2.2"),
     // TEST-NET-1.
     r4(v4(192, 0, 2, 0, 24), RangeKind::Documentation, "RFC 5737"),
     // 6to4 relay anycast, deprecated.
-    r4(
-        v4(192, 88, 99, 0, 24),
-        RangeKind::SixToFourRelayAnycast,
-        "RFC 3068, RFC 7526",
-    ),
+    r4(v4(192, 88, 99, 0, 24), RangeKind::SixToFourRelayAnycast, "RFC 3068, RFC 7526"),
     r4(v4(192, 168, 0, 0, 16), RangeKind::Private, "RFC 1918"),
     r4(v4(198, 18, 0, 0, 15), RangeKind::Benchmarking, "RFC 2544"),
     // TEST-NET-2.
-    r4(
-        v4(198, 51, 100, 0, 24),
-        RangeKind::Documentation,
-        "RFC 5737",
-    ),
+    r4(v4(198, 51, 100, 0, 24), RangeKind::Documentation, "RFC 5737"),
     // TEST-NET-3.
     r4(v4(203, 0, 113, 0, 24), RangeKind::Documentation, "RFC 5737"),
     r4(v4(224, 0, 0, 0, 4), RangeKind::Multicast, "RFC 5771"),
@@ -347,11 +308,7 @@ const SIX_TO_FOUR: Ipv6Net = v6(0x2002, 0, 0, 0, 0, 0, 0, 0, 16);
 
 /// The IPv6 global unicast allocation (RFC 4291 §2.4, RFC 3587). IPv6
 /// addresses outside it are refused as [`RangeKind::NotGlobalUnicast`].
-pub const GLOBAL_UNICAST: SpecialRange = r6(
-    v6(0x2000, 0, 0, 0, 0, 0, 0, 0, 3),
-    RangeKind::NotGlobalUnicast,
-    "RFC 4291 §2.4",
-);
+pub const GLOBAL_UNICAST: SpecialRange = r6(v6(0x2000, 0, 0, 0, 0, 0, 0, 0, 3), RangeKind::NotGlobalUnicast, "RFC 4291 §2.4");
 
 /// IPv6 special-purpose ranges that are refused outright, first match wins
 /// (RFC 6890 §2.2.3; IANA IPv6 Special-Purpose Address Registry). The
@@ -360,77 +317,25 @@ pub const GLOBAL_UNICAST: SpecialRange = r6(
 /// Anything else outside `2000::/3` is refused as
 /// [`RangeKind::NotGlobalUnicast`] (see [`GLOBAL_UNICAST`]).
 pub const V6_TABLE: &[SpecialRange] = &[
-    r6(
-        v6(0, 0, 0, 0, 0, 0, 0, 0, 128),
-        RangeKind::Unspecified,
-        "RFC 4291 §2.5.2",
-    ),
-    r6(
-        v6(0, 0, 0, 0, 0, 0, 0, 1, 128),
-        RangeKind::Loopback,
-        "RFC 4291 §2.5.3",
-    ),
+    r6(v6(0, 0, 0, 0, 0, 0, 0, 0, 128), RangeKind::Unspecified, "RFC 4291 §2.5.2"),
+    r6(v6(0, 0, 0, 0, 0, 0, 0, 1, 128), RangeKind::Loopback, "RFC 4291 §2.5.3"),
     // IPv4-compatible, deprecated; never routed today.
-    r6(
-        v6(0, 0, 0, 0, 0, 0, 0, 0, 96),
-        RangeKind::Ipv4Compatible,
-        "RFC 4291 §2.5.5.1",
-    ),
+    r6(v6(0, 0, 0, 0, 0, 0, 0, 0, 96), RangeKind::Ipv4Compatible, "RFC 4291 §2.5.5.1"),
     // Local-use IPv4/IPv6 translation; the embedding format is operator-defined.
-    r6(
-        v6(0x64, 0xff9b, 1, 0, 0, 0, 0, 0, 48),
-        RangeKind::Nat64LocalUse,
-        "RFC 8215",
-    ),
-    r6(
-        v6(0x100, 0, 0, 0, 0, 0, 0, 0, 64),
-        RangeKind::Discard,
-        "RFC 6666",
-    ),
+    r6(v6(0x64, 0xff9b, 1, 0, 0, 0, 0, 0, 48), RangeKind::Nat64LocalUse, "RFC 8215"),
+    r6(v6(0x100, 0, 0, 0, 0, 0, 0, 0, 64), RangeKind::Discard, "RFC 6666"),
     // Teredo: the client address is obfuscated inside; refuse all.
-    r6(
-        v6(0x2001, 0, 0, 0, 0, 0, 0, 0, 32),
-        RangeKind::Teredo,
-        "RFC 4380",
-    ),
+    r6(v6(0x2001, 0, 0, 0, 0, 0, 0, 0, 32), RangeKind::Teredo, "RFC 4380"),
     // IETF protocol assignments (benchmarking 2001:2::/48, ORCHID, AMT,
     // AS112 ...). None is a legitimate webhook destination.
-    r6(
-        v6(0x2001, 0, 0, 0, 0, 0, 0, 0, 23),
-        RangeKind::Ipv6ProtocolAssignments,
-        "RFC 2928, RFC 6890 §2.2.3",
-    ),
-    r6(
-        v6(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0, 32),
-        RangeKind::Documentation,
-        "RFC 3849",
-    ),
-    r6(
-        v6(0x3fff, 0, 0, 0, 0, 0, 0, 0, 20),
-        RangeKind::Documentation,
-        "RFC 9637",
-    ),
+    r6(v6(0x2001, 0, 0, 0, 0, 0, 0, 0, 23), RangeKind::Ipv6ProtocolAssignments, "RFC 2928, RFC 6890 §2.2.3"),
+    r6(v6(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0, 32), RangeKind::Documentation, "RFC 3849"),
+    r6(v6(0x3fff, 0, 0, 0, 0, 0, 0, 0, 20), RangeKind::Documentation, "RFC 9637"),
     // Unique local (also AWS IMDS over IPv6, fd00:ec2::254).
-    r6(
-        v6(0xfc00, 0, 0, 0, 0, 0, 0, 0, 7),
-        RangeKind::UniqueLocal,
-        "RFC 4193",
-    ),
-    r6(
-        v6(0xfe80, 0, 0, 0, 0, 0, 0, 0, 10),
-        RangeKind::LinkLocal,
-        "RFC 4291 §2.5.6",
-    ),
-    r6(
-        v6(0xfec0, 0, 0, 0, 0, 0, 0, 0, 10),
-        RangeKind::SiteLocal,
-        "RFC 3879",
-    ),
-    r6(
-        v6(0xff00, 0, 0, 0, 0, 0, 0, 0, 8),
-        RangeKind::Multicast,
-        "RFC 4291 §2.7",
-    ),
+    r6(v6(0xfc00, 0, 0, 0, 0, 0, 0, 0, 7), RangeKind::UniqueLocal, "RFC 4193"),
+    r6(v6(0xfe80, 0, 0, 0, 0, 0, 0, 0, 10), RangeKind::LinkLocal, "RFC 4291 §2.5.6"),
+    r6(v6(0xfec0, 0, 0, 0, 0, 0, 0, 0, 10), RangeKind::SiteLocal, "RFC 3879"),
+    r6(v6(0xff00, 0, 0, 0, 0, 0, 0, 0, 8), RangeKind::Multicast, "RFC 4291 §2.7"),
 ];
 
 fn find(table: &'static [SpecialRange], ip: IpAddr) -> Option<SpecialRange> {
@@ -442,10 +347,7 @@ fn find(table: &'static [SpecialRange], ip: IpAddr) -> Option<SpecialRange> {
 pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<(Embedding, Ipv4Addr)> {
     let o = ip.octets();
     if IPV4_MAPPED.contains(&ip) {
-        Some((
-            Embedding::Ipv4Mapped,
-            Ipv4Addr::new(o[12], o[13], o[14], o[15]),
-        ))
+        Some((Embedding::Ipv4Mapped, Ipv4Addr::new(o[12], o[13], o[14], o[15])))
     } else if NAT64_WKP.contains(&ip) {
         Some((Embedding::Nat64, Ipv4Addr::new(o[12], o[13], o[14], o[15])))
     } else if SIX_TO_FOUR.contains(&ip) {
@@ -469,11 +371,7 @@ pub fn embedded_ipv4(ip: Ipv6Addr) -> Option<(Embedding, Ipv4Addr)> {
 ///   NAT64 `64:ff9b:1::/48` (RFC 8215) and Teredo `2001::/32` (RFC 4380) are
 ///   always refused, whatever they embed.
 pub fn check_global(ip: IpAddr) -> Result<(), BlockedAddress> {
-    let blocked = |range, embedded| BlockedAddress {
-        address: ip,
-        range,
-        embedded,
-    };
+    let blocked = |range, embedded| BlockedAddress { address: ip, range, embedded };
     match ip {
         IpAddr::V4(_) => match find(V4_TABLE, ip) {
             None => Ok(()),
@@ -512,10 +410,7 @@ mod tests {
     #[test]
     fn six_to_four_extracts_bits_16_to_48() {
         let ip: Ipv6Addr = "2002:c0a8:0101::1".parse().unwrap();
-        assert_eq!(
-            embedded_ipv4(ip),
-            Some((Embedding::SixToFour, Ipv4Addr::new(192, 168, 1, 1)))
-        );
+        assert_eq!(embedded_ipv4(ip), Some((Embedding::SixToFour, Ipv4Addr::new(192, 168, 1, 1))));
     }
 
     #[test]

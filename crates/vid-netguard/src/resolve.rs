@@ -86,18 +86,11 @@ impl Resolve for SystemResolver {
             if let Ok(ip) = host.parse::<IpAddr>() {
                 return Ok(vec![SocketAddr::new(ip, port)]);
             }
-            let absolute = if host.ends_with('.') {
-                host.to_owned()
-            } else {
-                format!("{host}.")
-            };
+            let absolute = if host.ends_with('.') { host.to_owned() } else { format!("{host}.") };
             let lookup = tokio::net::lookup_host((absolute.as_str(), port));
             let result = match tokio::time::timeout(self.timeout, lookup).await {
                 Ok(addrs) => Ok(addrs?.collect()),
-                Err(_) => Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("lookup timed out after {:?}", self.timeout),
-                )),
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, format!("lookup timed out after {:?}", self.timeout))),
             };
             result
         })
@@ -133,18 +126,12 @@ impl StaticResolver {
 
     /// Sets the answer for `host` (an empty answer is kept as empty).
     pub fn insert(&self, host: &str, addrs: impl IntoIterator<Item = IpAddr>) {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key(host), addrs.into_iter().collect());
+        self.map.write().unwrap_or_else(|e| e.into_inner()).insert(key(host), addrs.into_iter().collect());
     }
 
     /// Removes `host`, so it fails with `NotFound`.
     pub fn remove(&self, host: &str) {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key(host));
+        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&key(host));
     }
 }
 
@@ -156,12 +143,7 @@ impl Resolve for StaticResolver {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key(host))
             .map(|ips| ips.iter().map(|&ip| SocketAddr::new(ip, port)).collect())
-            .ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no such host `{host}` (static resolver)"),
-                )
-            });
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no such host `{host}` (static resolver)")));
         Box::pin(std::future::ready(answer))
     }
 }
@@ -182,48 +164,26 @@ impl Resolve for StaticResolver {
 /// The webhook dispatcher must call this at every delivery and connect
 /// only to the result, without resolving again, so that DNS rebinding has
 /// no window between check and use.
-pub async fn resolve_checked<R: Resolve + ?Sized>(
-    url: &WebhookUrl,
-    policy: &UrlPolicy,
-    resolver: &R,
-) -> Result<Vec<SocketAddr>, UrlError> {
+pub async fn resolve_checked<R: Resolve + ?Sized>(url: &WebhookUrl, policy: &UrlPolicy, resolver: &R) -> Result<Vec<SocketAddr>, UrlError> {
     if policy.require_https && !url.is_https() {
-        return Err(UrlError::HttpsRequired {
-            scheme: url.scheme().to_owned(),
-        });
+        return Err(UrlError::HttpsRequired { scheme: url.scheme().to_owned() });
     }
     let port = url.port();
     let name = match url.host() {
         WebhookHost::Ip(ip) => {
-            policy
-                .check_ip(*ip)
-                .map_err(|blocked| UrlError::BlockedAddress {
-                    host: None,
-                    blocked,
-                })?;
+            policy.check_ip(*ip).map_err(|blocked| UrlError::BlockedAddress { host: None, blocked })?;
             return Ok(vec![SocketAddr::new(ip.to_canonical(), port)]);
         }
         WebhookHost::Domain(name) => name,
     };
 
-    let answers = resolver
-        .resolve(name, port)
-        .await
-        .map_err(|source| UrlError::DnsFailed {
-            host: name.clone(),
-            source,
-        })?;
+    let answers = resolver.resolve(name, port).await.map_err(|source| UrlError::DnsFailed { host: name.clone(), source })?;
     if answers.is_empty() {
         return Err(UrlError::NoAddresses { host: name.clone() });
     }
     let mut approved: Vec<SocketAddr> = Vec::with_capacity(answers.len());
     for answer in answers {
-        policy
-            .check_ip(answer.ip())
-            .map_err(|blocked| UrlError::BlockedAddress {
-                host: Some(name.clone()),
-                blocked,
-            })?;
+        policy.check_ip(answer.ip()).map_err(|blocked| UrlError::BlockedAddress { host: Some(name.clone()), blocked })?;
         let addr = SocketAddr::new(answer.ip().to_canonical(), port);
         if !approved.contains(&addr) {
             approved.push(addr);
@@ -236,11 +196,7 @@ pub async fn resolve_checked<R: Resolve + ?Sized>(
 ///
 /// Returns the parsed URL to store (store [`WebhookUrl::as_str`]); the
 /// addresses are discarded because delivery must resolve and check again.
-pub async fn check_registration<R: Resolve + ?Sized>(
-    input: &str,
-    policy: &UrlPolicy,
-    resolver: &R,
-) -> Result<WebhookUrl, UrlError> {
+pub async fn check_registration<R: Resolve + ?Sized>(input: &str, policy: &UrlPolicy, resolver: &R) -> Result<WebhookUrl, UrlError> {
     let url = WebhookUrl::parse(input, policy)?;
     resolve_checked(&url, policy, resolver).await?;
     Ok(url)

@@ -53,22 +53,10 @@ pub struct WebhookUrl {
 /// Special-use DNS names refused without resolving them: they can only
 /// reach our own network.
 const SPECIAL_USE_SUFFIXES: &[(&str, &str)] = &[
-    (
-        "localhost",
-        "`localhost` names are loopback (RFC 6761 §6.3)",
-    ),
-    (
-        "local",
-        "`.local` names are multicast DNS, link-local only (RFC 6762)",
-    ),
-    (
-        "home.arpa",
-        "`.home.arpa` names are for home networks (RFC 8375)",
-    ),
-    (
-        "internal",
-        "`.internal` is reserved for private use (ICANN, 2024)",
-    ),
+    ("localhost", "`localhost` names are loopback (RFC 6761 §6.3)"),
+    ("local", "`.local` names are multicast DNS, link-local only (RFC 6762)"),
+    ("home.arpa", "`.home.arpa` names are for home networks (RFC 8375)"),
+    ("internal", "`.internal` is reserved for private use (ICANN, 2024)"),
     ("invalid", "`.invalid` names never resolve (RFC 6761 §6.4)"),
 ];
 
@@ -101,36 +89,22 @@ impl WebhookUrl {
             return Err(UrlError::invalid("empty URL"));
         }
         if input.len() > MAX_URL_LEN {
-            return Err(UrlError::invalid(format!(
-                "URL is longer than {MAX_URL_LEN} bytes"
-            )));
+            return Err(UrlError::invalid(format!("URL is longer than {MAX_URL_LEN} bytes")));
         }
         if let Some(c) = input.chars().find(|c| c.is_control() || c.is_whitespace()) {
-            return Err(UrlError::invalid(format!(
-                "URL contains whitespace or a control character ({c:?})"
-            )));
+            return Err(UrlError::invalid(format!("URL contains whitespace or a control character ({c:?})")));
         }
         if input.contains('\\') {
-            return Err(UrlError::invalid(
-                "URL contains a backslash, which URL parsers interpret differently",
-            ));
+            return Err(UrlError::invalid("URL contains a backslash, which URL parsers interpret differently"));
         }
 
         let url = Url::parse(input).map_err(|e| UrlError::invalid(e.to_string()))?;
 
         match url.scheme() {
             "https" => {}
-            "http" if policy.require_https => {
-                return Err(UrlError::HttpsRequired {
-                    scheme: "http".into(),
-                })
-            }
+            "http" if policy.require_https => return Err(UrlError::HttpsRequired { scheme: "http".into() }),
             "http" => {}
-            other => {
-                return Err(UrlError::SchemeNotAllowed {
-                    scheme: other.into(),
-                })
-            }
+            other => return Err(UrlError::SchemeNotAllowed { scheme: other.into() }),
         }
 
         // `url` drops an empty userinfo (`http://@host/`), so also look at
@@ -161,40 +135,26 @@ impl WebhookUrl {
                 if let Some(ip) = ipv4::parse_lenient(d) {
                     // Unreachable with a WHATWG-conforming parser; refuse
                     // either way, with the most precise reason available.
-                    policy.check_ip(IpAddr::V4(ip)).map_err(|blocked| {
-                        UrlError::BlockedAddress {
-                            host: None,
-                            blocked,
-                        }
-                    })?;
+                    policy.check_ip(IpAddr::V4(ip)).map_err(|blocked| UrlError::BlockedAddress { host: None, blocked })?;
                     return Err(UrlError::invalid(format!(
                         "host `{d}` is the IPv4 address {ip} in a non-canonical notation; write it as {ip}"
                     )));
                 }
                 if ipv4::ends_in_number(d) {
-                    return Err(UrlError::invalid(format!(
-                        "host `{d}` ends in a numeric label and is not a valid IPv4 address"
-                    )));
+                    return Err(UrlError::invalid(format!("host `{d}` ends in a numeric label and is not a valid IPv4 address")));
                 }
                 check_domain(d)?;
                 WebhookHost::Domain(d.to_owned())
             }
         };
 
-        let port = url
-            .port_or_known_default()
-            .ok_or_else(|| UrlError::invalid("URL has no port"))?;
+        let port = url.port_or_known_default().ok_or_else(|| UrlError::invalid("URL has no port"))?;
         if port == 0 {
             return Err(UrlError::invalid("port 0 is not allowed"));
         }
 
         if let WebhookHost::Ip(ip) = host {
-            policy
-                .check_ip(ip)
-                .map_err(|blocked| UrlError::BlockedAddress {
-                    host: None,
-                    blocked,
-                })?;
+            policy.check_ip(ip).map_err(|blocked| UrlError::BlockedAddress { host: None, blocked })?;
         }
 
         Ok(WebhookUrl { url, host, port })
@@ -259,28 +219,17 @@ impl AsRef<str> for WebhookUrl {
 /// Refuses host names that can only resolve inside our own network.
 fn check_domain(domain: &str) -> Result<(), UrlError> {
     let name = domain.strip_suffix('.').unwrap_or(domain);
-    let refuse = |reason| UrlError::HostNotAllowed {
-        host: domain.to_owned(),
-        reason,
-    };
+    let refuse = |reason| UrlError::HostNotAllowed { host: domain.to_owned(), reason };
     if name.is_empty() || name.split('.').any(str::is_empty) {
-        return Err(UrlError::invalid(format!(
-            "host `{domain}` has an empty label"
-        )));
+        return Err(UrlError::invalid(format!("host `{domain}` has an empty label")));
     }
     for (suffix, reason) in SPECIAL_USE_SUFFIXES {
-        if name == *suffix
-            || name
-                .strip_suffix(suffix)
-                .is_some_and(|rest| rest.ends_with('.'))
-        {
+        if name == *suffix || name.strip_suffix(suffix).is_some_and(|rest| rest.ends_with('.')) {
             return Err(refuse(reason));
         }
     }
     if !name.contains('.') {
-        return Err(refuse(
-            "single-label names are completed with the resolver's local search domains",
-        ));
+        return Err(refuse("single-label names are completed with the resolver's local search domains"));
     }
     Ok(())
 }

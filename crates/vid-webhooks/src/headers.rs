@@ -56,9 +56,7 @@ impl<T: Headers + ?Sized> Headers for &T {
 
 impl<K: AsRef<str>, V: AsRef<str>> Headers for [(K, V)] {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_ref().as_bytes())
+        self.iter().find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name)).map(|(_, v)| v.as_ref().as_bytes())
     }
 }
 
@@ -78,17 +76,13 @@ impl<K: AsRef<str>, V: AsRef<str>, S: BuildHasher> Headers for HashMap<K, V, S> 
     fn header(&self, name: &str) -> Option<&[u8]> {
         // Keys may be in any case, so a hashed lookup is not enough. When
         // several keys differ only in case, the one picked is unspecified.
-        self.iter()
-            .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_ref().as_bytes())
+        self.iter().find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name)).map(|(_, v)| v.as_ref().as_bytes())
     }
 }
 
 impl<K: AsRef<str>, V: AsRef<str>> Headers for BTreeMap<K, V> {
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.iter()
-            .find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_ref().as_bytes())
+        self.iter().find(|(k, _)| k.as_ref().eq_ignore_ascii_case(name)).map(|(_, v)| v.as_ref().as_bytes())
     }
 }
 
@@ -107,10 +101,7 @@ mod tests {
 
     #[test]
     fn lookups_are_case_insensitive_and_first_wins() {
-        let pairs = vec![
-            ("WEBHOOK-SIGNATURE".to_owned(), "first".to_owned()),
-            ("webhook-signature".to_owned(), "second".to_owned()),
-        ];
+        let pairs = vec![("WEBHOOK-SIGNATURE".to_owned(), "first".to_owned()), ("webhook-signature".to_owned(), "second".to_owned())];
         assert_eq!(pairs.header("webhook-signature"), Some(&b"first"[..]));
 
         let mut map = HashMap::new();
@@ -118,9 +109,7 @@ mod tests {
         assert_eq!(map.header("webhook-timestamp"), Some(&b"1"[..]));
         assert_eq!(map.header("webhook-id"), None);
 
-        let btree: BTreeMap<String, String> = [("Webhook-Id".into(), "evt_1".into())]
-            .into_iter()
-            .collect();
+        let btree: BTreeMap<String, String> = [("Webhook-Id".into(), "evt_1".into())].into_iter().collect();
         assert_eq!(Headers::header(&&btree, "webhook-id"), Some(&b"evt_1"[..]));
     }
 

@@ -79,9 +79,7 @@ use std::fmt;
 pub use headers::{names, Headers};
 pub use secret::{Secret, SecretError, GENERATED_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX};
 pub use sign::{sign_standard, sign_webhook_signature, signature_headers};
-pub use verify::{
-    verify, verify_now, Verified, Verifier, VerifyError, MAX_SIGNATURES, MILLISECOND_THRESHOLD,
-};
+pub use verify::{verify, verify_now, Verified, Verifier, VerifyError, MAX_SIGNATURES, MILLISECOND_THRESHOLD};
 
 /// A webhook signature format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

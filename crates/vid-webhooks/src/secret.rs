@@ -20,10 +20,8 @@ pub const MIN_SECRET_BYTES: usize = 24;
 pub const GENERATED_SECRET_BYTES: usize = 32;
 
 /// Standard base64 alphabet; the trailing `=` padding may be present or not.
-pub(crate) const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
-    &alphabet::STANDARD,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
-);
+pub(crate) const BASE64_LENIENT: GeneralPurpose =
+    GeneralPurpose::new(&alphabet::STANDARD, GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent));
 
 /// Why a text could not be used as a [`Secret`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -116,9 +114,7 @@ impl Secret {
     /// [`SecretError::Rng`] when `SystemRandom::fill` fails.
     pub fn try_generate() -> Result<Secret, SecretError> {
         let mut bytes = [0u8; GENERATED_SECRET_BYTES];
-        SystemRandom::new()
-            .fill(&mut bytes)
-            .map_err(|_| SecretError::Rng)?;
+        SystemRandom::new().fill(&mut bytes).map_err(|_| SecretError::Rng)?;
         Secret::from_bytes(&bytes)
     }
 
@@ -146,19 +142,12 @@ impl Secret {
     /// ```
     pub fn parse(text: &str) -> Result<Secret, SecretError> {
         let text = text.trim();
-        let encoded = text
-            .strip_prefix(SECRET_PREFIX)
-            .ok_or(SecretError::MissingPrefix)?;
-        let bytes = BASE64_LENIENT
-            .decode(encoded)
-            .map_err(|_| SecretError::InvalidBase64)?;
+        let encoded = text.strip_prefix(SECRET_PREFIX).ok_or(SecretError::MissingPrefix)?;
+        let bytes = BASE64_LENIENT.decode(encoded).map_err(|_| SecretError::InvalidBase64)?;
         if bytes.len() < MIN_SECRET_BYTES {
             return Err(SecretError::TooShort { len: bytes.len() });
         }
-        Ok(Secret {
-            text: text.to_owned(),
-            key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
-        })
+        Ok(Secret { text: text.to_owned(), key: hmac::Key::new(hmac::HMAC_SHA256, &bytes) })
     }
 
     /// Wraps raw key bytes (for example read from a key store); the text form
@@ -181,10 +170,7 @@ impl Secret {
         if bytes.len() < MIN_SECRET_BYTES {
             return Err(SecretError::TooShort { len: bytes.len() });
         }
-        Ok(Secret {
-            text: format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes)),
-            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
-        })
+        Ok(Secret { text: format!("{SECRET_PREFIX}{}", STANDARD.encode(bytes)), key: hmac::Key::new(hmac::HMAC_SHA256, bytes) })
     }
 
     /// The full `whsec_…` text. Treat it like a password.
@@ -209,9 +195,7 @@ impl fmt::Display for Secret {
 impl fmt::Debug for Secret {
     /// Writes `Secret("whsec_[redacted]")`, never the value.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Secret")
-            .field(&format_args!("\"{SECRET_PREFIX}[redacted]\""))
-            .finish()
+        f.debug_tuple("Secret").field(&format_args!("\"{SECRET_PREFIX}[redacted]\"")).finish()
     }
 }
 
@@ -241,25 +225,13 @@ mod tests {
     #[test]
     fn parse_rejections() {
         assert_eq!(Secret::parse("").unwrap_err(), SecretError::MissingPrefix);
-        assert_eq!(
-            Secret::parse("WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap_err(),
-            SecretError::MissingPrefix
-        );
-        assert_eq!(
-            Secret::parse("whsec_not base64!").unwrap_err(),
-            SecretError::InvalidBase64
-        );
+        assert_eq!(Secret::parse("WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap_err(), SecretError::MissingPrefix);
+        assert_eq!(Secret::parse("whsec_not base64!").unwrap_err(), SecretError::InvalidBase64);
         // URL-safe alphabet is not the standard one.
-        assert_eq!(
-            Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLa-_").unwrap_err(),
-            SecretError::InvalidBase64
-        );
+        assert_eq!(Secret::parse("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLa-_").unwrap_err(), SecretError::InvalidBase64);
         // 23 bytes
         let short = format!("whsec_{}", STANDARD.encode([7u8; 23]));
-        assert_eq!(
-            Secret::parse(&short).unwrap_err(),
-            SecretError::TooShort { len: 23 }
-        );
+        assert_eq!(Secret::parse(&short).unwrap_err(), SecretError::TooShort { len: 23 });
         assert_eq!(SecretError::TooShort { len: 1 }.code(), "secret_too_short");
     }
 

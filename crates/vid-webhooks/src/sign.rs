@@ -159,31 +159,18 @@ where
 /// assert_eq!(names, ["webhook-id", "webhook-timestamp", "webhook-signature"]);
 /// ```
 #[must_use]
-pub fn signature_headers<'a, I>(
-    scheme: Scheme,
-    secrets: I,
-    msg_id: &str,
-    timestamp: i64,
-    body: &[u8],
-) -> Vec<(&'static str, String)>
+pub fn signature_headers<'a, I>(scheme: Scheme, secrets: I, msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)>
 where
     I: IntoIterator<Item = &'a Secret>,
 {
     match scheme {
-        Scheme::WebhookSignature => vec![
-            (names::WEBHOOK_ID, msg_id.to_owned()),
-            (
-                names::WEBHOOK_SIGNATURE,
-                sign_webhook_signature(secrets, timestamp, body),
-            ),
-        ],
+        Scheme::WebhookSignature => {
+            vec![(names::WEBHOOK_ID, msg_id.to_owned()), (names::WEBHOOK_SIGNATURE, sign_webhook_signature(secrets, timestamp, body))]
+        }
         Scheme::StandardWebhooks => vec![
             (names::WEBHOOK_ID, msg_id.to_owned()),
             (names::WEBHOOK_TIMESTAMP, timestamp.to_string()),
-            (
-                names::WEBHOOK_SIGNATURE,
-                sign_standard(secrets, msg_id, timestamp, body),
-            ),
+            (names::WEBHOOK_SIGNATURE, sign_standard(secrets, msg_id, timestamp, body)),
         ],
     }
 }

@@ -95,9 +95,7 @@ pub enum VerifyError {
     /// altered body (including re-serialised JSON or an added newline), or a
     /// forged request. Unknown schemes (`v0=`, `v1a,`…) are ignored and not
     /// counted. Code `no_matching_signature`.
-    #[error(
-        "no signature matched ({signatures} v1 signature(s) checked against {secrets} secret(s))"
-    )]
+    #[error("no signature matched ({signatures} v1 signature(s) checked against {secrets} secret(s))")]
     NoMatchingSignature {
         /// How many `v1` signatures the header carried.
         signatures: usize,
@@ -202,10 +200,7 @@ impl Verifier {
     /// Default options: 300 s tolerance, format auto-detected.
     #[must_use]
     pub const fn new() -> Self {
-        Verifier {
-            tolerance: Self::DEFAULT_TOLERANCE,
-            scheme: None,
-        }
+        Verifier { tolerance: Self::DEFAULT_TOLERANCE, scheme: None }
     }
 
     /// Sets the accepted clock difference in either direction. Only whole
@@ -276,13 +271,7 @@ impl Verifier {
     /// assert_eq!(err.code(), "timestamp_too_old");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn verify<'a, S, H>(
-        &self,
-        secrets: S,
-        headers: &H,
-        body: &[u8],
-        now: i64,
-    ) -> Result<Verified, VerifyError>
+    pub fn verify<'a, S, H>(&self, secrets: S, headers: &H, body: &[u8], now: i64) -> Result<Verified, VerifyError>
     where
         S: IntoIterator<Item = &'a Secret>,
         H: Headers + ?Sized,
@@ -293,9 +282,7 @@ impl Verifier {
         }
 
         let signature =
-            header_text(headers, names::WEBHOOK_SIGNATURE)?.ok_or(VerifyError::HeaderMissing {
-                header: names::WEBHOOK_SIGNATURE,
-            })?;
+            header_text(headers, names::WEBHOOK_SIGNATURE)?.ok_or(VerifyError::HeaderMissing { header: names::WEBHOOK_SIGNATURE })?;
         let message_id = header_text(headers, names::WEBHOOK_ID)?;
         let scheme = match self.scheme {
             Some(scheme) => scheme,
@@ -309,11 +296,8 @@ impl Verifier {
                 (parsed.timestamp, parsed.candidates, content)
             }
             Scheme::StandardWebhooks => {
-                let timestamp = header_text(headers, names::WEBHOOK_TIMESTAMP)?
-                    .ok_or(VerifyError::TimestampMissing)?;
-                let id = message_id.ok_or(VerifyError::HeaderMissing {
-                    header: names::WEBHOOK_ID,
-                })?;
+                let timestamp = header_text(headers, names::WEBHOOK_TIMESTAMP)?.ok_or(VerifyError::TimestampMissing)?;
+                let id = message_id.ok_or(VerifyError::HeaderMissing { header: names::WEBHOOK_ID })?;
                 let candidates = parse_standard(signature)?;
                 let content = standard_signed_content(id, timestamp, body);
                 (timestamp, candidates, content)
@@ -323,25 +307,12 @@ impl Verifier {
 
         let secret_index = secrets
             .iter()
-            .position(|secret| {
-                candidates
-                    .iter()
-                    .flatten()
-                    .any(|candidate| hmac::verify(secret.key(), &content, candidate).is_ok())
-            })
-            .ok_or(VerifyError::NoMatchingSignature {
-                signatures: candidates.len(),
-                secrets: secrets.len(),
-            })?;
+            .position(|secret| candidates.iter().flatten().any(|candidate| hmac::verify(secret.key(), &content, candidate).is_ok()))
+            .ok_or(VerifyError::NoMatchingSignature { signatures: candidates.len(), secrets: secrets.len() })?;
 
         self.check_timestamp(timestamp, now)?;
 
-        Ok(Verified {
-            scheme,
-            timestamp,
-            message_id: message_id.map(str::to_owned),
-            secret_index,
-        })
+        Ok(Verified { scheme, timestamp, message_id: message_id.map(str::to_owned), secret_index })
     }
 
     /// [`verify`](Verifier::verify) with `now` taken from the system clock.
@@ -349,12 +320,7 @@ impl Verifier {
     /// # Errors
     ///
     /// As for [`verify`](Verifier::verify).
-    pub fn verify_now<'a, S, H>(
-        &self,
-        secrets: S,
-        headers: &H,
-        body: &[u8],
-    ) -> Result<Verified, VerifyError>
+    pub fn verify_now<'a, S, H>(&self, secrets: S, headers: &H, body: &[u8]) -> Result<Verified, VerifyError>
     where
         S: IntoIterator<Item = &'a Secret>,
         H: Headers + ?Sized,
@@ -370,17 +336,9 @@ impl Verifier {
         let tolerance = i128::from(tolerance_secs);
         let age = i128::from(now) - i128::from(timestamp);
         if age > tolerance {
-            Err(VerifyError::TimestampTooOld {
-                timestamp,
-                now,
-                tolerance_secs,
-            })
+            Err(VerifyError::TimestampTooOld { timestamp, now, tolerance_secs })
         } else if -age > tolerance {
-            Err(VerifyError::TimestampTooNew {
-                timestamp,
-                now,
-                tolerance_secs,
-            })
+            Err(VerifyError::TimestampTooNew { timestamp, now, tolerance_secs })
         } else {
             Ok(())
         }
@@ -417,12 +375,7 @@ impl Verifier {
 /// assert_eq!(err.code(), "no_matching_signature");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn verify<'a, S, H>(
-    secrets: S,
-    headers: &H,
-    body: &[u8],
-    now: i64,
-) -> Result<Verified, VerifyError>
+pub fn verify<'a, S, H>(secrets: S, headers: &H, body: &[u8], now: i64) -> Result<Verified, VerifyError>
 where
     S: IntoIterator<Item = &'a Secret>,
     H: Headers + ?Sized,
@@ -464,27 +417,19 @@ fn unix_now() -> i64 {
 }
 
 /// The header's value as trimmed text; `Ok(None)` when absent.
-fn header_text<'h, H: Headers + ?Sized>(
-    headers: &'h H,
-    name: &'static str,
-) -> Result<Option<&'h str>, VerifyError> {
+fn header_text<'h, H: Headers + ?Sized>(headers: &'h H, name: &'static str) -> Result<Option<&'h str>, VerifyError> {
     headers
         .header(name)
         .map(|bytes| {
             std::str::from_utf8(bytes)
                 .map(|text| text.trim_matches([' ', '\t']))
-                .map_err(|_| VerifyError::HeaderMalformed {
-                    header: name,
-                    reason: "value is not valid UTF-8",
-                })
+                .map_err(|_| VerifyError::HeaderMalformed { header: name, reason: "value is not valid UTF-8" })
         })
         .transpose()
 }
 
 fn detect<H: Headers + ?Sized>(signature: &str, headers: &H) -> Scheme {
-    let mut entries = signature
-        .split(',')
-        .map(|entry| entry.trim_matches([' ', '\t']));
+    let mut entries = signature.split(',').map(|entry| entry.trim_matches([' ', '\t']));
     if entries.clone().any(|entry| entry.starts_with("t=")) {
         Scheme::WebhookSignature
     } else if headers.header(names::WEBHOOK_TIMESTAMP).is_some() {
@@ -503,10 +448,7 @@ struct Ours<'h> {
 }
 
 fn malformed_signature(reason: &'static str) -> VerifyError {
-    VerifyError::HeaderMalformed {
-        header: names::WEBHOOK_SIGNATURE,
-        reason,
-    }
+    VerifyError::HeaderMalformed { header: names::WEBHOOK_SIGNATURE, reason }
 }
 
 /// Parses `t=<ts>,v1=<hex>[,v1=<hex>…]`, tolerating spaces around entries and
@@ -516,9 +458,7 @@ fn parse_ours(value: &str) -> Result<Ours<'_>, VerifyError> {
     let mut candidates = Vec::new();
     for entry in value.split(',') {
         let entry = entry.trim_matches([' ', '\t']);
-        let (key, val) = entry
-            .split_once('=')
-            .ok_or_else(|| malformed_signature("an entry is not of the form `key=value`"))?;
+        let (key, val) = entry.split_once('=').ok_or_else(|| malformed_signature("an entry is not of the form `key=value`"))?;
         match key {
             "t" if timestamp.is_some() => {
                 return Err(malformed_signature("`t=` appears more than once"));
@@ -533,24 +473,16 @@ fn parse_ours(value: &str) -> Result<Ours<'_>, VerifyError> {
             _ => {} // other schemes (v0=, future versions): ignored
         }
     }
-    Ok(Ours {
-        timestamp: timestamp.ok_or(VerifyError::TimestampMissing)?,
-        candidates,
-    })
+    Ok(Ours { timestamp: timestamp.ok_or(VerifyError::TimestampMissing)?, candidates })
 }
 
 /// Parses `v1,<b64>[ v1,<b64>…]`: `version,signature` pairs separated by
 /// spaces (a comma or a space after the comma is tolerated). Unknown versions
 /// are ignored.
 fn parse_standard(value: &str) -> Result<Vec<Option<Vec<u8>>>, VerifyError> {
-    let tokens: Vec<&str> = value
-        .split(|c: char| c == ',' || c.is_ascii_whitespace())
-        .filter(|token| !token.is_empty())
-        .collect();
+    let tokens: Vec<&str> = value.split(|c: char| c == ',' || c.is_ascii_whitespace()).filter(|token| !token.is_empty()).collect();
     if tokens.len() % 2 != 0 {
-        return Err(malformed_signature(
-            "expected space-separated `version,signature` entries",
-        ));
+        return Err(malformed_signature("expected space-separated `version,signature` entries"));
     }
     let mut candidates = Vec::new();
     for pair in tokens.chunks_exact(2) {
@@ -571,15 +503,9 @@ fn parse_timestamp(text: &str, scheme: Scheme) -> Result<i64, VerifyError> {
         Scheme::StandardWebhooks => names::WEBHOOK_TIMESTAMP,
     };
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(VerifyError::HeaderMalformed {
-            header,
-            reason: "timestamp is not an unsigned decimal integer",
-        });
+        return Err(VerifyError::HeaderMalformed { header, reason: "timestamp is not an unsigned decimal integer" });
     }
-    text.parse().map_err(|_| VerifyError::HeaderMalformed {
-        header,
-        reason: "timestamp is out of range",
-    })
+    text.parse().map_err(|_| VerifyError::HeaderMalformed { header, reason: "timestamp is out of range" })
 }
 
 #[cfg(test)]
@@ -599,10 +525,7 @@ mod tests {
             let err = parse_ours(bad).err().unwrap();
             assert_eq!(err.code(), "header_malformed", "{bad:?}");
         }
-        assert_eq!(
-            parse_ours("v1=00").err(),
-            Some(VerifyError::TimestampMissing)
-        );
+        assert_eq!(parse_ours("v1=00").err(), Some(VerifyError::TimestampMissing));
         let many = format!("t=1{}", ",v1=00".repeat(MAX_SIGNATURES + 1));
         assert_eq!(parse_ours(&many).err().unwrap().code(), "header_malformed");
     }
@@ -610,28 +533,15 @@ mod tests {
     #[test]
     fn parse_standard_pairs() {
         let got = parse_standard("v1,AAE= v1a,AAAA v2,x  v1, AAI=,v1,AAM").unwrap();
-        assert_eq!(
-            got,
-            vec![Some(vec![0, 1]), Some(vec![0, 2]), Some(vec![0, 3])]
-        );
-        assert_eq!(
-            parse_standard("v1,AAE= v1").err().unwrap().code(),
-            "header_malformed"
-        );
+        assert_eq!(got, vec![Some(vec![0, 1]), Some(vec![0, 2]), Some(vec![0, 3])]);
+        assert_eq!(parse_standard("v1,AAE= v1").err().unwrap().code(), "header_malformed");
         assert_eq!(parse_standard("v1,%%%").unwrap(), vec![None]);
     }
 
     #[test]
     fn timestamps_must_be_plain_digits() {
         for bad in ["", "-1", "+1", "1.5", "1e9", "99999999999999999999"] {
-            assert_eq!(
-                parse_timestamp(bad, Scheme::StandardWebhooks)
-                    .err()
-                    .unwrap()
-                    .code(),
-                "header_malformed",
-                "{bad:?}"
-            );
+            assert_eq!(parse_timestamp(bad, Scheme::StandardWebhooks).err().unwrap().code(), "header_malformed", "{bad:?}");
         }
         assert_eq!(parse_timestamp("0017", Scheme::WebhookSignature), Ok(17));
     }
@@ -641,18 +551,10 @@ mod tests {
         let v = Verifier::new().with_tolerance(Duration::from_secs(10));
         assert!(v.check_timestamp(100, 110).is_ok());
         assert!(v.check_timestamp(110, 100).is_ok());
+        assert_eq!(v.check_timestamp(100, 111).unwrap_err().code(), "timestamp_too_old");
+        assert_eq!(v.check_timestamp(111, 100).unwrap_err().code(), "timestamp_too_new");
         assert_eq!(
-            v.check_timestamp(100, 111).unwrap_err().code(),
-            "timestamp_too_old"
-        );
-        assert_eq!(
-            v.check_timestamp(111, 100).unwrap_err().code(),
-            "timestamp_too_new"
-        );
-        assert_eq!(
-            v.check_timestamp(MILLISECOND_THRESHOLD + 1, MILLISECOND_THRESHOLD + 1)
-                .unwrap_err()
-                .code(),
+            v.check_timestamp(MILLISECOND_THRESHOLD + 1, MILLISECOND_THRESHOLD + 1).unwrap_err().code(),
             "timestamp_in_milliseconds"
         );
         // No overflow at the extremes.
@@ -662,14 +564,7 @@ mod tests {
 
     #[test]
     fn error_messages_mention_the_skew() {
-        let err = VerifyError::TimestampTooOld {
-            timestamp: 100,
-            now: 500,
-            tolerance_secs: 300,
-        };
-        assert_eq!(
-            err.to_string(),
-            "timestamp 100 is 400 s before now (500), beyond the 300 s tolerance"
-        );
+        let err = VerifyError::TimestampTooOld { timestamp: 100, now: 500, tolerance_secs: 300 };
+        assert_eq!(err.to_string(), "timestamp 100 is 400 s before now (500), beyond the 300 s tolerance");
     }
 }

@@ -31,11 +31,7 @@ fn sign_then_verify_round_trips_for_random_bodies() {
     let outsider = Secret::generate();
 
     for iteration in 0..500 {
-        let scheme = if rng.below(2) == 0 {
-            Scheme::WebhookSignature
-        } else {
-            Scheme::StandardWebhooks
-        };
+        let scheme = if rng.below(2) == 0 { Scheme::WebhookSignature } else { Scheme::StandardWebhooks };
         let len = match rng.below(4) {
             0 => 0,
             1 => rng.below(16) as usize,
@@ -53,17 +49,11 @@ fn sign_then_verify_round_trips_for_random_bodies() {
         let headers = signature_headers(scheme, signers.iter().copied(), &msg_id, timestamp, &body);
         let ctx = format!("iteration {iteration}: {scheme}, body {body:?}, t={timestamp}, now={now}, headers {headers:?}");
 
-        let verified = Verifier::new()
-            .verify(held, &headers, &body, now)
-            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        let verified = Verifier::new().verify(held, &headers, &body, now).unwrap_or_else(|e| panic!("{ctx}: {e}"));
         assert_eq!(verified.timestamp, timestamp, "{ctx}");
         assert_eq!(verified.secret_index, 1, "{ctx}");
         assert_eq!(verified.scheme, scheme, "{ctx}");
-        assert_eq!(
-            verified.message_id.as_deref(),
-            Some(msg_id.as_str()),
-            "{ctx}"
-        );
+        assert_eq!(verified.message_id.as_deref(), Some(msg_id.as_str()), "{ctx}");
 
         // Flip one byte, or append one: must not verify.
         let mut tampered = body.clone();
@@ -73,15 +63,11 @@ fn sign_then_verify_round_trips_for_random_bodies() {
             let at = rng.below(tampered.len() as u64) as usize;
             tampered[at] ^= 1 + rng.below(255) as u8;
         }
-        let err = Verifier::new()
-            .verify(held, &headers, &tampered, now)
-            .unwrap_err();
+        let err = Verifier::new().verify(held, &headers, &tampered, now).unwrap_err();
         assert_eq!(err.code(), "no_matching_signature", "{ctx}");
 
         // A secret that did not sign: must not verify.
-        let err = Verifier::new()
-            .verify([&outsider], &headers, &body, now)
-            .unwrap_err();
+        let err = Verifier::new().verify([&outsider], &headers, &body, now).unwrap_err();
         assert_eq!(err.code(), "no_matching_signature", "{ctx}");
     }
 }

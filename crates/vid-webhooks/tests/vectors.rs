@@ -14,9 +14,7 @@
 
 use std::time::Duration;
 
-use vid_webhooks::{
-    sign_standard, sign_webhook_signature, Scheme, Secret, Verified, Verifier, VerifyError,
-};
+use vid_webhooks::{sign_standard, sign_webhook_signature, Scheme, Secret, Verified, Verifier, VerifyError};
 
 const SPEC_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const SPEC_ID: &str = "msg_p5jXN8AQM9LWM0D4loKWxJek";
@@ -30,8 +28,7 @@ const ASCII_BODY: &str = r#"{"event":"video.ready","id":"vid_01"}"#;
 /// openssl: HMAC(key, "1700000000." + ASCII_BODY), hex.
 const ASCII_HEX: &str = "d6ef319d9233ec7702a85b20de501782b438d3bda9cc0fbe91b9b7242665a94b";
 /// `{"event":"video.ready","id":"vid_01","title":"Crème brûlée 🎬"}` (NFC).
-const UNICODE_BODY: &str =
-    "{\"event\":\"video.ready\",\"id\":\"vid_01\",\"title\":\"Cr\u{e8}me br\u{fb}l\u{e9}e \u{1f3ac}\"}";
+const UNICODE_BODY: &str = "{\"event\":\"video.ready\",\"id\":\"vid_01\",\"title\":\"Cr\u{e8}me br\u{fb}l\u{e9}e \u{1f3ac}\"}";
 /// openssl: HMAC(key, "1700000000." + UNICODE_BODY), hex.
 const UNICODE_HEX: &str = "93a6e008a98dd7079744bc44bf87d6a8a48b5db51bda226cda04054bacae99d4";
 /// openssl: HMAC(key, "evt_01.1700000000." + UNICODE_BODY), base64.
@@ -52,25 +49,15 @@ fn other_hex(ts: i64, body: &str) -> String {
 }
 
 fn other_b64(id: &str, ts: i64, body: &str) -> String {
-    sign_standard([&other_secret()], id, ts, body.as_bytes())
-        .strip_prefix("v1,")
-        .unwrap()
-        .to_owned()
+    sign_standard([&other_secret()], id, ts, body.as_bytes()).strip_prefix("v1,").unwrap().to_owned()
 }
 
 fn ours(signature: String) -> Vec<(&'static str, String)> {
-    vec![
-        ("Webhook-Id", ID.to_owned()),
-        ("Webhook-Signature", signature),
-    ]
+    vec![("Webhook-Id", ID.to_owned()), ("Webhook-Signature", signature)]
 }
 
 fn standard(id: &str, ts: &str, signature: String) -> Vec<(&'static str, String)> {
-    vec![
-        ("webhook-id", id.to_owned()),
-        ("webhook-timestamp", ts.to_owned()),
-        ("webhook-signature", signature),
-    ]
+    vec![("webhook-id", id.to_owned()), ("webhook-timestamp", ts.to_owned()), ("webhook-signature", signature)]
 }
 
 struct Case {
@@ -89,13 +76,7 @@ fn case(
     now: i64,
     expect: Result<(Scheme, i64), &'static str>,
 ) -> Case {
-    Case {
-        name,
-        headers,
-        body: body.into(),
-        now,
-        expect,
-    }
+    Case { name, headers, body: body.into(), now, expect }
 }
 
 #[test]
@@ -163,64 +144,26 @@ fn signature_vectors() {
     let secret = spec_secret();
     let mut failures = Vec::new();
     for c in &cases {
-        let got = Verifier::new()
-            .verify([&secret], &c.headers, &c.body, c.now)
-            .map(|v| (v.scheme, v.timestamp))
-            .map_err(|e| e.code());
+        let got = Verifier::new().verify([&secret], &c.headers, &c.body, c.now).map(|v| (v.scheme, v.timestamp)).map_err(|e| e.code());
         if got != c.expect {
-            failures.push(format!(
-                "{}: expected {:?}, got {:?}",
-                c.name, c.expect, got
-            ));
+            failures.push(format!("{}: expected {:?}, got {:?}", c.name, c.expect, got));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases failed:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }
 
 #[test]
 fn signing_reproduces_the_independent_vectors() {
     let secret = spec_secret();
-    assert_eq!(
-        sign_standard([&secret], SPEC_ID, SPEC_TS, SPEC_BODY.as_bytes()),
-        format!("v1,{SPEC_SIG}")
-    );
-    assert_eq!(
-        sign_standard([&secret], ID, TS, UNICODE_BODY.as_bytes()),
-        format!("v1,{UNICODE_B64}")
-    );
-    assert_eq!(
-        sign_webhook_signature([&secret], TS, ASCII_BODY.as_bytes()),
-        format!("t={TS},v1={ASCII_HEX}")
-    );
-    assert_eq!(
-        sign_webhook_signature([&secret], TS, UNICODE_BODY.as_bytes()),
-        format!("t={TS},v1={UNICODE_HEX}")
-    );
+    assert_eq!(sign_standard([&secret], SPEC_ID, SPEC_TS, SPEC_BODY.as_bytes()), format!("v1,{SPEC_SIG}"));
+    assert_eq!(sign_standard([&secret], ID, TS, UNICODE_BODY.as_bytes()), format!("v1,{UNICODE_B64}"));
+    assert_eq!(sign_webhook_signature([&secret], TS, ASCII_BODY.as_bytes()), format!("t={TS},v1={ASCII_HEX}"));
+    assert_eq!(sign_webhook_signature([&secret], TS, UNICODE_BODY.as_bytes()), format!("t={TS},v1={UNICODE_HEX}"));
     // Rotation: new first, then old; Standard Webhooks separates with a space.
-    let both = sign_standard(
-        [&secret, &other_secret()],
-        SPEC_ID,
-        SPEC_TS,
-        SPEC_BODY.as_bytes(),
-    );
-    assert_eq!(
-        both,
-        format!(
-            "v1,{SPEC_SIG} v1,{}",
-            other_b64(SPEC_ID, SPEC_TS, SPEC_BODY)
-        )
-    );
+    let both = sign_standard([&secret, &other_secret()], SPEC_ID, SPEC_TS, SPEC_BODY.as_bytes());
+    assert_eq!(both, format!("v1,{SPEC_SIG} v1,{}", other_b64(SPEC_ID, SPEC_TS, SPEC_BODY)));
     let both = sign_webhook_signature([&secret, &other_secret()], TS, ASCII_BODY.as_bytes());
-    assert_eq!(
-        both,
-        format!("t={TS},v1={ASCII_HEX},v1={}", other_hex(TS, ASCII_BODY))
-    );
+    assert_eq!(both, format!("t={TS},v1={ASCII_HEX},v1={}", other_hex(TS, ASCII_BODY)));
 }
 
 #[test]
@@ -230,33 +173,18 @@ fn rotation_reports_which_secret_matched() {
     let unrelated = Secret::generate();
     let header = sign_webhook_signature([&new, &old], TS, ASCII_BODY.as_bytes());
     let headers = [("webhook-signature", header.as_str())];
-    let check = |secrets: &[&Secret]| {
-        Verifier::new()
-            .verify(secrets.iter().copied(), &headers, ASCII_BODY.as_bytes(), TS)
-            .map(|v| v.secret_index)
-    };
+    let check =
+        |secrets: &[&Secret]| Verifier::new().verify(secrets.iter().copied(), &headers, ASCII_BODY.as_bytes(), TS).map(|v| v.secret_index);
     assert_eq!(check(&[&unrelated, &old]), Ok(1));
     assert_eq!(check(&[&new]), Ok(0));
-    assert_eq!(
-        check(&[&unrelated]),
-        Err(VerifyError::NoMatchingSignature {
-            signatures: 2,
-            secrets: 1
-        })
-    );
+    assert_eq!(check(&[&unrelated]), Err(VerifyError::NoMatchingSignature { signatures: 2, secrets: 1 }));
     assert_eq!(check(&[]), Err(VerifyError::NoSecrets));
 }
 
 #[test]
 fn verified_carries_id_and_timestamp() {
     let headers = standard(SPEC_ID, &SPEC_TS.to_string(), format!("v1,{SPEC_SIG}"));
-    let verified: Verified = vid_webhooks::verify(
-        [&spec_secret()],
-        &headers,
-        SPEC_BODY.as_bytes(),
-        SPEC_TS + 5,
-    )
-    .unwrap();
+    let verified: Verified = vid_webhooks::verify([&spec_secret()], &headers, SPEC_BODY.as_bytes(), SPEC_TS + 5).unwrap();
     assert_eq!(verified.scheme, Scheme::StandardWebhooks);
     assert_eq!(verified.timestamp, SPEC_TS);
     assert_eq!(verified.message_id.as_deref(), Some(SPEC_ID));
@@ -264,8 +192,7 @@ fn verified_carries_id_and_timestamp() {
 
     // Ours without Webhook-Id: verified, no id.
     let headers = [("Webhook-Signature", format!("t={TS},v1={ASCII_HEX}"))];
-    let verified =
-        vid_webhooks::verify([&spec_secret()], &headers, ASCII_BODY.as_bytes(), TS).unwrap();
+    let verified = vid_webhooks::verify([&spec_secret()], &headers, ASCII_BODY.as_bytes(), TS).unwrap();
     assert_eq!(verified.message_id, None);
 }
 
@@ -275,38 +202,17 @@ fn forced_scheme_and_tolerance() {
     let ours_headers = ours(format!("t={TS},v1={ASCII_HEX}"));
     let forced_std = Verifier::new().with_scheme(Scheme::StandardWebhooks);
     // Our header read as Standard Webhooks: no webhook-timestamp header.
-    assert_eq!(
-        forced_std
-            .verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS)
-            .unwrap_err(),
-        VerifyError::TimestampMissing
-    );
+    assert_eq!(forced_std.verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS).unwrap_err(), VerifyError::TimestampMissing);
     let std_headers = standard(SPEC_ID, &SPEC_TS.to_string(), format!("v1,{SPEC_SIG}"));
     let forced_ours = Verifier::new().with_scheme(Scheme::WebhookSignature);
-    assert_eq!(
-        forced_ours
-            .verify([&secret], &std_headers, SPEC_BODY.as_bytes(), SPEC_TS)
-            .unwrap_err()
-            .code(),
-        "header_malformed"
-    );
-    assert!(forced_std
-        .verify([&secret], &std_headers, SPEC_BODY.as_bytes(), SPEC_TS)
-        .is_ok());
+    assert_eq!(forced_ours.verify([&secret], &std_headers, SPEC_BODY.as_bytes(), SPEC_TS).unwrap_err().code(), "header_malformed");
+    assert!(forced_std.verify([&secret], &std_headers, SPEC_BODY.as_bytes(), SPEC_TS).is_ok());
 
     let strict = Verifier::new().with_tolerance(Duration::from_secs(10));
-    assert!(strict
-        .verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS + 10)
-        .is_ok());
+    assert!(strict.verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS + 10).is_ok());
     assert_eq!(
-        strict
-            .verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS + 11)
-            .unwrap_err(),
-        VerifyError::TimestampTooOld {
-            timestamp: TS,
-            now: TS + 11,
-            tolerance_secs: 10
-        }
+        strict.verify([&secret], &ours_headers, ASCII_BODY.as_bytes(), TS + 11).unwrap_err(),
+        VerifyError::TimestampTooOld { timestamp: TS, now: TS + 11, tolerance_secs: 10 }
     );
 }
 
@@ -325,49 +231,13 @@ fn non_utf8_header_is_malformed() {
 #[test]
 fn error_codes_are_stable() {
     let all = [
-        (
-            VerifyError::HeaderMissing {
-                header: "webhook-signature",
-            },
-            "header_missing",
-        ),
-        (
-            VerifyError::HeaderMalformed {
-                header: "webhook-signature",
-                reason: "x",
-            },
-            "header_malformed",
-        ),
+        (VerifyError::HeaderMissing { header: "webhook-signature" }, "header_missing"),
+        (VerifyError::HeaderMalformed { header: "webhook-signature", reason: "x" }, "header_malformed"),
         (VerifyError::TimestampMissing, "timestamp_missing"),
-        (
-            VerifyError::TimestampTooOld {
-                timestamp: 0,
-                now: 301,
-                tolerance_secs: 300,
-            },
-            "timestamp_too_old",
-        ),
-        (
-            VerifyError::TimestampTooNew {
-                timestamp: 301,
-                now: 0,
-                tolerance_secs: 300,
-            },
-            "timestamp_too_new",
-        ),
-        (
-            VerifyError::TimestampInMilliseconds {
-                timestamp: 1_700_000_000_000,
-            },
-            "timestamp_in_milliseconds",
-        ),
-        (
-            VerifyError::NoMatchingSignature {
-                signatures: 1,
-                secrets: 1,
-            },
-            "no_matching_signature",
-        ),
+        (VerifyError::TimestampTooOld { timestamp: 0, now: 301, tolerance_secs: 300 }, "timestamp_too_old"),
+        (VerifyError::TimestampTooNew { timestamp: 301, now: 0, tolerance_secs: 300 }, "timestamp_too_new"),
+        (VerifyError::TimestampInMilliseconds { timestamp: 1_700_000_000_000 }, "timestamp_in_milliseconds"),
+        (VerifyError::NoMatchingSignature { signatures: 1, secrets: 1 }, "no_matching_signature"),
         (VerifyError::NoSecrets, "no_secrets"),
     ];
     for (err, code) in all {
@@ -381,15 +251,8 @@ fn error_codes_are_stable() {
 fn verifies_from_http_header_map() {
     let mut map = http::HeaderMap::new();
     map.insert("Webhook-Id", http::HeaderValue::from_static(SPEC_ID));
-    map.insert(
-        "Webhook-Timestamp",
-        http::HeaderValue::from_static("1614265330"),
-    );
-    map.insert(
-        "Webhook-Signature",
-        http::HeaderValue::from_static("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="),
-    );
-    let verified =
-        vid_webhooks::verify([&spec_secret()], &map, SPEC_BODY.as_bytes(), SPEC_TS).unwrap();
+    map.insert("Webhook-Timestamp", http::HeaderValue::from_static("1614265330"));
+    map.insert("Webhook-Signature", http::HeaderValue::from_static("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="));
+    let verified = vid_webhooks::verify([&spec_secret()], &map, SPEC_BODY.as_bytes(), SPEC_TS).unwrap();
     assert_eq!(verified.message_id.as_deref(), Some(SPEC_ID));
 }

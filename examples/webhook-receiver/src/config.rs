@@ -10,12 +10,7 @@ use vid_webhooks::{Secret, Verifier};
 #[derive(Debug, Clone, clap::Args)]
 pub struct Config {
     /// Address the HTTP server binds; port 0 picks a free one.
-    #[arg(
-        long,
-        env = "RECEIVER_LISTEN",
-        default_value = "127.0.0.1:9000",
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_LISTEN", default_value = "127.0.0.1:9000", global = true)]
     pub listen: SocketAddr,
 
     /// The receiver's own PostgreSQL database; created at start-up when missing.
@@ -23,21 +18,11 @@ pub struct Config {
     pub database_url: String,
 
     /// RabbitMQ server the handler enqueues to and the consumer reads from.
-    #[arg(
-        long,
-        env = "RECEIVER_AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", global = true)]
     pub amqp_url: String,
 
     /// Name of the durable (quorum) queue holding verified, not yet processed events.
-    #[arg(
-        long,
-        env = "RECEIVER_QUEUE",
-        default_value = "webhook-receiver.events",
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_QUEUE", default_value = "webhook-receiver.events", global = true)]
     pub queue: String,
 
     /// A `whsec_…` endpoint secret. Repeat the flag (or separate with commas in
@@ -55,22 +40,12 @@ pub struct Config {
 
     /// Largest accepted distance, in seconds, between a delivery's signed
     /// timestamp and this machine's clock (replay protection).
-    #[arg(
-        long,
-        env = "RECEIVER_TOLERANCE_SECONDS",
-        default_value_t = 300,
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_TOLERANCE_SECONDS", default_value_t = 300, global = true)]
     pub tolerance_seconds: u64,
 
     /// How long the handler waits, in milliseconds, to connect to RabbitMQ and
     /// for the broker's publisher confirm before answering `503`.
-    #[arg(
-        long,
-        env = "RECEIVER_PUBLISH_TIMEOUT_MS",
-        default_value_t = 5000,
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_PUBLISH_TIMEOUT_MS", default_value_t = 5000, global = true)]
     pub publish_timeout_ms: u64,
 
     /// How many unacknowledged messages RabbitMQ hands the consumer at once.
@@ -78,12 +53,7 @@ pub struct Config {
     pub prefetch: u16,
 
     /// Size of the PostgreSQL connection pool.
-    #[arg(
-        long,
-        env = "RECEIVER_DB_POOL_SIZE",
-        default_value_t = 8,
-        global = true
-    )]
+    #[arg(long, env = "RECEIVER_DB_POOL_SIZE", default_value_t = 8, global = true)]
     pub db_pool_size: usize,
 }
 
@@ -119,15 +89,11 @@ mod tests {
     fn defaults_and_repeated_secrets() {
         let a = Secret::generate();
         let b = Secret::generate();
-        let cli =
-            Cli::try_parse_from(["x", "--secret", a.as_str(), "--secret", b.as_str()]).unwrap();
+        let cli = Cli::try_parse_from(["x", "--secret", a.as_str(), "--secret", b.as_str()]).unwrap();
         let c = cli.config;
         assert_eq!(c.listen, "127.0.0.1:9000".parse().unwrap());
         assert_eq!(c.tolerance_seconds, 300);
-        assert_eq!(
-            c.secrets.iter().map(Secret::as_str).collect::<Vec<_>>(),
-            [a.as_str(), b.as_str()]
-        );
+        assert_eq!(c.secrets.iter().map(Secret::as_str).collect::<Vec<_>>(), [a.as_str(), b.as_str()]);
 
         let joined = format!("{},{}", a.as_str(), b.as_str());
         let cli = Cli::try_parse_from(["x", "--secret", &joined]).unwrap();

@@ -6,9 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use futures::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
 use serde::Serialize;
@@ -36,12 +34,7 @@ pub struct ConsumerOptions {
 impl ConsumerOptions {
     /// Options from the receiver's [`Config`](crate::Config), without the test hook.
     pub fn from_config(config: &crate::Config) -> Self {
-        Self {
-            amqp_url: config.amqp_url.clone(),
-            queue: config.queue.clone(),
-            prefetch: config.prefetch,
-            crash_after_commit: false,
-        }
+        Self { amqp_url: config.amqp_url.clone(), queue: config.queue.clone(), prefetch: config.prefetch, crash_after_commit: false }
     }
 }
 
@@ -131,26 +124,13 @@ impl ConsumerStats {
 ///
 /// Connecting, subscribing, or acknowledging failed (a broker problem); the
 /// caller reconnects, as [`run_consumer`] does.
-pub async fn consume(
-    pool: &Pool,
-    options: &ConsumerOptions,
-    stats: &ConsumerStats,
-) -> anyhow::Result<ConsumerExit> {
-    let conn = Connection::connect(&options.amqp_url, ConnectionProperties::default())
-        .await
-        .context("connecting to RabbitMQ")?;
+pub async fn consume(pool: &Pool, options: &ConsumerOptions, stats: &ConsumerStats) -> anyhow::Result<ConsumerExit> {
+    let conn = Connection::connect(&options.amqp_url, ConnectionProperties::default()).await.context("connecting to RabbitMQ")?;
     let channel = conn.create_channel().await?;
     declare_queue(&channel, &options.queue).await?;
-    channel
-        .basic_qos(options.prefetch, BasicQosOptions::default())
-        .await?;
+    channel.basic_qos(options.prefetch, BasicQosOptions::default()).await?;
     let mut deliveries = channel
-        .basic_consume(
-            &options.queue,
-            "webhook-receiver",
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
+        .basic_consume(&options.queue, "webhook-receiver", BasicConsumeOptions::default(), FieldTable::default())
         .await
         .with_context(|| format!("subscribing to {}", options.queue))?;
     tracing::info!(queue = %options.queue, "consumer subscribed");
@@ -166,29 +146,18 @@ pub async fn consume(
             Processed::Done { event_id, outcome } => {
                 db_backoff = Duration::from_millis(200);
                 stats.count(outcome);
-                tracing::info!(
-                    event_id,
-                    outcome = outcome.as_str(),
-                    redelivered = delivery.redelivered,
-                    "event processed"
-                );
+                tracing::info!(event_id, outcome = outcome.as_str(), redelivered = delivery.redelivered, "event processed");
                 if options.crash_after_commit {
                     // Simulated crash: the effect is committed, the ack never sent.
                     conn.close(0, "simulated crash after commit").await.ok();
                     return Ok(ConsumerExit::SimulatedCrash { event_id });
                 }
-                delivery
-                    .ack(BasicAckOptions::default())
-                    .await
-                    .context("acknowledging")?;
+                delivery.ack(BasicAckOptions::default()).await.context("acknowledging")?;
             }
             Processed::NotAnEvent => {
                 stats.rejected.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(message_id = ?delivery.properties.message_id(), "queued message is not an event; rejecting it");
-                delivery
-                    .reject(BasicRejectOptions { requeue: false })
-                    .await
-                    .context("rejecting")?;
+                delivery.reject(BasicRejectOptions { requeue: false }).await.context("rejecting")?;
             }
             Processed::DbError(error) => {
                 stats.requeued.fetch_add(1, Ordering::Relaxed);
@@ -196,13 +165,7 @@ pub async fn consume(
                 // Pause so a database outage does not spin the message through the broker.
                 tokio::time::sleep(db_backoff).await;
                 db_backoff = (db_backoff * 2).min(Duration::from_secs(10));
-                delivery
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..Default::default()
-                    })
-                    .await
-                    .context("requeueing")?;
+                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await.context("requeueing")?;
             }
         }
     }
@@ -211,11 +174,7 @@ pub async fn consume(
 
 /// Runs [`consume`] forever, reconnecting with capped exponential backoff
 /// whenever RabbitMQ is unreachable or the subscription ends.
-pub async fn run_consumer(
-    pool: Pool,
-    options: ConsumerOptions,
-    stats: std::sync::Arc<ConsumerStats>,
-) {
+pub async fn run_consumer(pool: Pool, options: ConsumerOptions, stats: std::sync::Arc<ConsumerStats>) {
     let mut delay = Duration::from_millis(500);
     loop {
         let started = tokio::time::Instant::now();
@@ -249,10 +208,7 @@ async fn process(pool: &Pool, delivery: &Delivery) -> Processed {
         Err(e) => return Processed::DbError(e.into()),
     };
     match db::record_and_apply(&mut conn, &event.id, &event.type_, &effect).await {
-        Ok(outcome) => Processed::Done {
-            event_id: event.id,
-            outcome,
-        },
+        Ok(outcome) => Processed::Done { event_id: event.id, outcome },
         Err(e) => Processed::DbError(e.into()),
     }
 }

@@ -29,10 +29,7 @@ pub type Pool = deadpool::Pool<AsyncPgConnection>;
 /// Builds a pool of at most `size` connections; nothing is contacted yet.
 pub fn pool(url: &str, size: usize) -> anyhow::Result<Pool> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
-    deadpool::Pool::builder(manager)
-        .max_size(size)
-        .build()
-        .context("building the database pool")
+    deadpool::Pool::builder(manager).max_size(size).build().context("building the database pool")
 }
 
 /// Creates the database named in `url` if it does not exist, connecting to
@@ -43,11 +40,9 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
         .await
         .context("connecting to the PostgreSQL server's `postgres` database")?;
     let exists: bool = diesel::select(
-        diesel::dsl::sql::<diesel::sql_types::Bool>(
-            "EXISTS (SELECT 1 FROM pg_database WHERE datname = ",
-        )
-        .bind::<diesel::sql_types::Text, _>(name)
-        .sql(")"),
+        diesel::dsl::sql::<diesel::sql_types::Bool>("EXISTS (SELECT 1 FROM pg_database WHERE datname = ")
+            .bind::<diesel::sql_types::Text, _>(name)
+            .sql(")"),
     )
     .get_result(&mut admin)
     .await
@@ -56,20 +51,13 @@ pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     // The name was checked to be a plain identifier, so quoting it is enough.
-    match diesel::sql_query(format!("CREATE DATABASE \"{name}\""))
-        .execute(&mut admin)
-        .await
-    {
+    match diesel::sql_query(format!("CREATE DATABASE \"{name}\"")).execute(&mut admin).await {
         Ok(_) => {
             tracing::info!(database = name, "created the receiver's database");
             Ok(())
         }
         // 42P04 duplicate_database: another process created it meanwhile.
-        Err(diesel::result::Error::DatabaseError(_, info))
-            if info.message().contains("already exists") =>
-        {
-            Ok(())
-        }
+        Err(diesel::result::Error::DatabaseError(_, info)) if info.message().contains("already exists") => Ok(()),
         Err(e) => Err(e).with_context(|| format!("creating database {name}")),
     }
 }
@@ -82,10 +70,7 @@ fn split_database_url(url: &str) -> anyhow::Result<(&str, &str)> {
         .filter(|(server, _)| server.contains("://") && !server.ends_with('/'))
         .with_context(|| format!("database URL has no database name: {url}"))?;
     anyhow::ensure!(
-        !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+        !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
         "database name {name:?} must be letters, digits, `_` or `-`"
     );
     Ok((server, name))
@@ -96,11 +81,8 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let mut conn =
-            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url)
-                .context("connecting to PostgreSQL")?;
-        let applied = conn
-            .run_pending_migrations(MIGRATIONS)
-            .map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
+            <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
+        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
         Ok(applied.into_iter().map(|v| v.to_string()).collect())
     })
     .await?
@@ -109,12 +91,7 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
 /// Whether the consumer has already processed `event_id` (the handler's cheap check).
 pub async fn is_seen(pool: &Pool, event_id: &str) -> anyhow::Result<bool> {
     let mut conn = pool.get().await?;
-    let found = seen_events::table
-        .find(event_id)
-        .select(seen_events::event_id)
-        .first::<String>(&mut conn)
-        .await
-        .optional()?;
+    let found = seen_events::table.find(event_id).select(seen_events::event_id).first::<String>(&mut conn).await.optional()?;
     Ok(found.is_some())
 }
 
@@ -145,12 +122,7 @@ pub async fn record_and_apply(
             }
             let outcome = match effect {
                 Effect::None(outcome) => *outcome,
-                Effect::SetVideo {
-                    video_id,
-                    operation_id,
-                    status,
-                    version,
-                } => {
+                Effect::SetVideo { video_id, operation_id, status, version } => {
                     let upsert = diesel::insert_into(videos::table)
                         .values((
                             videos::video_id.eq(video_id),
@@ -168,10 +140,7 @@ pub async fn record_and_apply(
                         ));
                     // `… DO UPDATE … WHERE videos.version < EXCLUDED.version`:
                     // a late, older event never overwrites a newer state.
-                    let changed =
-                        FilterDsl::filter(upsert, videos::version.lt(excluded(videos::version)))
-                            .execute(conn)
-                            .await?;
+                    let changed = FilterDsl::filter(upsert, videos::version.lt(excluded(videos::version))).execute(conn).await?;
                     if changed == 1 {
                         diesel::insert_into(applied_effects::table)
                             .values((
@@ -190,10 +159,7 @@ pub async fn record_and_apply(
                 }
             };
             if outcome != Outcome::Applied {
-                diesel::update(seen_events::table.find(event_id))
-                    .set(seen_events::outcome.eq(outcome.as_str()))
-                    .execute(conn)
-                    .await?;
+                diesel::update(seen_events::table.find(event_id)).set(seen_events::outcome.eq(outcome.as_str())).execute(conn).await?;
             }
             Ok(outcome)
         }
@@ -266,29 +232,12 @@ pub struct StateView {
 /// Loads the [`StateView`].
 pub async fn state_view(pool: &Pool, limit: i64) -> anyhow::Result<StateView> {
     let mut conn = pool.get().await?;
-    let events = seen_events::table
-        .order(seen_events::processed_at.desc())
-        .limit(limit)
-        .select(SeenEvent::as_select())
-        .load(&mut conn)
-        .await?;
-    let effects = applied_effects::table
-        .order(applied_effects::id.desc())
-        .limit(limit)
-        .select(AppliedEffect::as_select())
-        .load(&mut conn)
-        .await?;
-    let videos = videos::table
-        .order(videos::updated_at.desc())
-        .limit(limit)
-        .select(Video::as_select())
-        .load(&mut conn)
-        .await?;
-    Ok(StateView {
-        events,
-        effects,
-        videos,
-    })
+    let events =
+        seen_events::table.order(seen_events::processed_at.desc()).limit(limit).select(SeenEvent::as_select()).load(&mut conn).await?;
+    let effects =
+        applied_effects::table.order(applied_effects::id.desc()).limit(limit).select(AppliedEffect::as_select()).load(&mut conn).await?;
+    let videos = videos::table.order(videos::updated_at.desc()).limit(limit).select(Video::as_select()).load(&mut conn).await?;
+    Ok(StateView { events, effects, videos })
 }
 
 #[cfg(test)]
@@ -301,10 +250,7 @@ mod tests {
             split_database_url("postgres://postgres@127.0.0.1:5432/receiver").unwrap(),
             ("postgres://postgres@127.0.0.1:5432", "receiver")
         );
-        assert_eq!(
-            split_database_url("postgres://h/db_1?sslmode=disable").unwrap(),
-            ("postgres://h", "db_1")
-        );
+        assert_eq!(split_database_url("postgres://h/db_1?sslmode=disable").unwrap(), ("postgres://h", "db_1"));
         assert!(split_database_url("postgres://h/").is_err());
         assert!(split_database_url("postgres://h/x\";DROP").is_err());
     }

@@ -97,16 +97,7 @@ impl Envelope {
             return Effect::None(Outcome::Ignored);
         };
         match VideoData::deserialize(&self.data) {
-            Ok(VideoData {
-                video_id,
-                operation_id,
-                version,
-            }) => Effect::SetVideo {
-                video_id,
-                operation_id,
-                status,
-                version,
-            },
+            Ok(VideoData { video_id, operation_id, version }) => Effect::SetVideo { video_id, operation_id, status, version },
             Err(_) => Effect::None(Outcome::Invalid),
         }
     }
@@ -152,17 +143,9 @@ mod tests {
         .unwrap();
         assert_eq!(
             e.effect(),
-            Effect::SetVideo {
-                video_id: "vid_1".into(),
-                operation_id: "op_1".into(),
-                status: VideoStatus::Ready,
-                version: 2
-            }
+            Effect::SetVideo { video_id: "vid_1".into(), operation_id: "op_1".into(), status: VideoStatus::Ready, version: 2 }
         );
-        let other = Envelope::parse(
-            br#"{"id":"evt_2","type":"webhook_endpoint.disabled","data":{"endpoint_id":"ep_1"}}"#,
-        )
-        .unwrap();
+        let other = Envelope::parse(br#"{"id":"evt_2","type":"webhook_endpoint.disabled","data":{"endpoint_id":"ep_1"}}"#).unwrap();
         assert_eq!(other.effect(), Effect::None(Outcome::Ignored));
         let bad = Envelope::parse(br#"{"id":"evt_3","type":"video.failed","data":{}}"#).unwrap();
         assert_eq!(bad.effect(), Effect::None(Outcome::Invalid));

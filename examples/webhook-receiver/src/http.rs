@@ -29,9 +29,7 @@ pub struct AppState {
 
 /// Registers the routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/webhooks", web::post().to(receive))
-        .route("/events", web::get().to(events))
-        .route("/healthz", web::get().to(healthz));
+    cfg.route("/webhooks", web::post().to(receive)).route("/events", web::get().to(events)).route("/healthz", web::get().to(healthz));
 }
 
 /// actix-web's `HeaderMap` (from `http` 0.2) seen through `vid_webhooks::Headers`.
@@ -44,9 +42,7 @@ impl Headers for ActixHeaders<'_> {
 }
 
 fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
 /// `POST /webhooks`: verify → already seen? `200` → enqueue → `200`.
@@ -55,33 +51,20 @@ fn unix_now() -> i64 {
 /// **not** recorded here: if enqueueing fails the answer is `503`, the sender
 /// retries, and nothing claims the event was handled.
 async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>) -> HttpResponse {
-    if let Err(error) = state.verifier.verify(
-        &state.secrets,
-        &ActixHeaders(req.headers()),
-        &body,
-        unix_now(),
-    ) {
+    if let Err(error) = state.verifier.verify(&state.secrets, &ActixHeaders(req.headers()), &body, unix_now()) {
         tracing::info!(code = error.code(), %error, "rejected a delivery");
-        return HttpResponse::BadRequest()
-            .json(json!({ "error": error.code(), "detail": error.to_string() }));
+        return HttpResponse::BadRequest().json(json!({ "error": error.code(), "detail": error.to_string() }));
     }
     let Some(event) = Envelope::parse(&body) else {
-        return HttpResponse::BadRequest()
-            .json(json!({ "error": "invalid_event", "detail": "body is not an event with `id` and `type`" }));
+        return HttpResponse::BadRequest().json(json!({ "error": "invalid_event", "detail": "body is not an event with `id` and `type`" }));
     };
 
     // A cheap check that saves a trip through the queue; the consumer is what
     // makes duplicates harmless, so a database hiccup here is not fatal.
     match db::is_seen(&state.pool, &event.id).await {
-        Ok(true) => {
-            return HttpResponse::Ok()
-                .json(json!({ "status": "already_processed", "id": event.id }))
-        }
+        Ok(true) => return HttpResponse::Ok().json(json!({ "status": "already_processed", "id": event.id })),
         Ok(false) => {}
-        Err(error) => tracing::warn!(
-            error = format!("{error:#}"),
-            "seen check failed; enqueueing anyway"
-        ),
+        Err(error) => tracing::warn!(error = format!("{error:#}"), "seen check failed; enqueueing anyway"),
     }
 
     match state.publisher.enqueue(&event.id, &body).await {
@@ -105,8 +88,7 @@ async fn events(state: web::Data<AppState>) -> HttpResponse {
             "videos": view.videos,
             "consumer": state.stats.snapshot(),
         })),
-        Err(error) => HttpResponse::ServiceUnavailable()
-            .json(json!({ "error": "database_unavailable", "detail": format!("{error:#}") })),
+        Err(error) => HttpResponse::ServiceUnavailable().json(json!({ "error": "database_unavailable", "detail": format!("{error:#}") })),
     }
 }
 

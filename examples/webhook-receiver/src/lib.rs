@@ -40,9 +40,7 @@ use actix_web::{web, HttpServer};
 use anyhow::Context;
 
 pub use config::Config;
-pub use consumer::{
-    consume, run_consumer, ConsumerExit, ConsumerOptions, ConsumerStats, StatsSnapshot,
-};
+pub use consumer::{consume, run_consumer, ConsumerExit, ConsumerOptions, ConsumerStats, StatsSnapshot};
 pub use db::Pool;
 pub use event::Outcome;
 pub use http::AppState;
@@ -64,42 +62,24 @@ impl App {
     ///
     /// No secret configured, the database is unreachable, or the address is taken.
     pub async fn build(config: Config) -> anyhow::Result<App> {
-        anyhow::ensure!(
-            !config.secrets.is_empty(),
-            "at least one --secret (or RECEIVER_SECRETS) is required"
-        );
+        anyhow::ensure!(!config.secrets.is_empty(), "at least one --secret (or RECEIVER_SECRETS) is required");
         prepare_database(&config.database_url).await?;
         let pool = db::pool(&config.database_url, config.db_pool_size)?;
         let state = web::Data::new(AppState {
             pool,
-            publisher: queue::EventPublisher::new(
-                &config.amqp_url,
-                &config.queue,
-                config.publish_timeout(),
-            ),
+            publisher: queue::EventPublisher::new(&config.amqp_url, &config.queue, config.publish_timeout()),
             secrets: config.secrets.clone(),
             verifier: config.verifier(),
             stats: Arc::new(ConsumerStats::default()),
         });
 
-        let listener = TcpListener::bind(config.listen)
-            .with_context(|| format!("binding {}", config.listen))?;
+        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
-        let server = HttpServer::new(move || {
-            actix_web::App::new()
-                .app_data(app_state.clone())
-                .configure(http::routes)
-        })
-        .listen(listener)?
-        .run();
+        let server =
+            HttpServer::new(move || actix_web::App::new().app_data(app_state.clone()).configure(http::routes)).listen(listener)?.run();
         tracing::info!(port, queue = %config.queue, "webhook receiver listening");
-        Ok(App {
-            port,
-            server,
-            state,
-            config,
-        })
+        Ok(App { port, server, state, config })
     }
 
     /// The bound port.
@@ -125,11 +105,7 @@ impl App {
     /// Starts the consumer as a background task ([`run_consumer`]: reconnects
     /// forever), sharing this app's pool and counters.
     pub fn spawn_consumer(&self) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(run_consumer(
-            self.state.pool.clone(),
-            ConsumerOptions::from_config(&self.config),
-            self.state.stats.clone(),
-        ))
+        tokio::spawn(run_consumer(self.state.pool.clone(), ConsumerOptions::from_config(&self.config), self.state.stats.clone()))
     }
 
     /// Serves requests until the server is stopped.

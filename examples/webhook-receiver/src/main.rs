@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use vid_webhook_receiver::{
-    prepare_database, run_consumer, App, Config, ConsumerOptions, ConsumerStats,
-};
+use vid_webhook_receiver::{prepare_database, run_consumer, App, Config, ConsumerOptions, ConsumerStats};
 
 /// Receives signed webhook deliveries, queues them, and applies each event once.
 #[derive(Parser)]
@@ -34,10 +32,7 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,lapin=warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,lapin=warn".into()))
         .init();
     let cli = Cli::parse();
     match cli.command.unwrap_or(Command::Serve { no_consumer: false }) {
@@ -52,11 +47,7 @@ async fn main() -> anyhow::Result<()> {
             let config = cli.config;
             prepare_database(&config.database_url).await?;
             let pool = vid_webhook_receiver::db::pool(&config.database_url, config.db_pool_size)?;
-            let consumer = tokio::spawn(run_consumer(
-                pool,
-                ConsumerOptions::from_config(&config),
-                Arc::new(ConsumerStats::default()),
-            ));
+            let consumer = tokio::spawn(run_consumer(pool, ConsumerOptions::from_config(&config), Arc::new(ConsumerStats::default())));
             tokio::select! {
                 _ = consumer => {}
                 _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; unacknowledged messages go back to the queue"),

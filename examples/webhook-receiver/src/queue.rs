@@ -12,20 +12,8 @@ use tokio::sync::Mutex;
 /// broker restart and are replicated when the broker is a cluster.
 pub async fn declare_queue(channel: &Channel, queue: &str) -> Result<(), lapin::Error> {
     let mut args = FieldTable::default();
-    args.insert(
-        "x-queue-type".into(),
-        AMQPValue::LongString("quorum".into()),
-    );
-    channel
-        .queue_declare(
-            queue,
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            args,
-        )
-        .await?;
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    channel.queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, args).await?;
     Ok(())
 }
 
@@ -61,12 +49,7 @@ impl EventPublisher {
     /// A publisher to `queue` on the broker at `amqp_url`; each connect and
     /// each confirm may take at most `timeout`. Nothing is contacted yet.
     pub fn new(amqp_url: impl Into<String>, queue: impl Into<String>, timeout: Duration) -> Self {
-        Self {
-            amqp_url: amqp_url.into(),
-            queue: queue.into(),
-            timeout,
-            channel: Mutex::new(None),
-        }
+        Self { amqp_url: amqp_url.into(), queue: queue.into(), timeout, channel: Mutex::new(None) }
     }
 
     /// Publishes `body` persistently to the queue and returns once the broker
@@ -90,19 +73,7 @@ impl EventPublisher {
             .with_content_type(ShortString::from("application/json"))
             .with_message_id(ShortString::from(event_id));
         let confirm = tokio::time::timeout(self.timeout, async {
-            channel
-                .basic_publish(
-                    "",
-                    &self.queue,
-                    BasicPublishOptions {
-                        mandatory: true,
-                        ..Default::default()
-                    },
-                    body,
-                    props,
-                )
-                .await?
-                .await
+            channel.basic_publish("", &self.queue, BasicPublishOptions { mandatory: true, ..Default::default() }, body, props).await?.await
         })
         .await
         .map_err(|_| EnqueueError::Timeout(self.timeout))??;
@@ -127,9 +98,7 @@ impl EventPublisher {
         let (conn, channel) = tokio::time::timeout(self.timeout, async {
             let conn = Connection::connect(&self.amqp_url, ConnectionProperties::default()).await?;
             let channel = conn.create_channel().await?;
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await?;
+            channel.confirm_select(ConfirmSelectOptions::default()).await?;
             declare_queue(&channel, &self.queue).await?;
             Ok::<_, lapin::Error>((conn, channel))
         })

@@ -36,10 +36,7 @@ pub fn hash_key(key: &str) -> String {
 pub async fn create_tenant(db: &vid_db::Pool, name: &str) -> anyhow::Result<(TenantId, String)> {
     let mut conn = db.get().await?;
     let tenant_id = TenantId::generate();
-    diesel::insert_into(tenants::table)
-        .values((tenants::id.eq(&tenant_id), tenants::name.eq(name)))
-        .execute(&mut conn)
-        .await?;
+    diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant_id), tenants::name.eq(name))).execute(&mut conn).await?;
     let key = issue_key(&mut conn, &tenant_id).await?;
     Ok((tenant_id, key))
 }

@@ -53,8 +53,7 @@ async fn session(state: &AppState, shutdown: &mut watch::Receiver<bool>) -> anyh
     ch.basic_qos(32, BasicQosOptions::default()).await?;
     let reports_queue = state.topology.transcode_reports();
     let dead_queue = state.topology.transcode_dead();
-    let mut reports =
-        ch.basic_consume(&reports_queue, "api-reports", BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let mut reports = ch.basic_consume(&reports_queue, "api-reports", BasicConsumeOptions::default(), FieldTable::default()).await?;
     let mut dead = ch.basic_consume(&dead_queue, "api-dead-jobs", BasicConsumeOptions::default(), FieldTable::default()).await?;
     tracing::info!("consuming transcoder reports");
     loop {

@@ -72,13 +72,12 @@ impl ApiError {
     pub fn problem(&self) -> Problem {
         let status = self.status_code().as_u16();
         match self {
-            Self::Unauthorized => Problem::new(status, "unauthorized", "Unauthorized")
-                .with_detail("send `Authorization: Bearer <API key>`"),
+            Self::Unauthorized => {
+                Problem::new(status, "unauthorized", "Unauthorized").with_detail("send `Authorization: Bearer <API key>`")
+            }
             Self::NotFound(what) => Problem::new(status, "not_found", "Not found").with_detail(format!("{what} not found")),
             Self::BadRequest { code, detail } => Problem::new(status, *code, "Bad request").with_detail(detail.clone()),
-            Self::Unprocessable { code, detail } => {
-                Problem::new(status, *code, "Request refused").with_detail(detail.clone())
-            }
+            Self::Unprocessable { code, detail } => Problem::new(status, *code, "Request refused").with_detail(detail.clone()),
             Self::Conflict { code, detail, extensions } => {
                 let mut p = Problem::new(status, *code, "Conflict").with_detail(detail.clone());
                 for (k, v) in extensions {
@@ -86,14 +85,11 @@ impl ApiError {
                 }
                 p
             }
-            Self::TooManyRequests(detail) => {
-                Problem::new(status, "too_many_requests", "Too many requests").with_detail(detail.clone())
+            Self::TooManyRequests(detail) => Problem::new(status, "too_many_requests", "Too many requests").with_detail(detail.clone()),
+            Self::Unavailable(detail) => Problem::new(status, "unavailable", "Service unavailable").with_detail(detail.clone()),
+            Self::Internal(_) => {
+                Problem::new(status, "internal", "Internal error").with_detail("an unexpected error occurred; it has been logged")
             }
-            Self::Unavailable(detail) => {
-                Problem::new(status, "unavailable", "Service unavailable").with_detail(detail.clone())
-            }
-            Self::Internal(_) => Problem::new(status, "internal", "Internal error")
-                .with_detail("an unexpected error occurred; it has been logged"),
         }
     }
 }

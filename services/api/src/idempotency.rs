@@ -40,15 +40,23 @@ where
     Fut: Future<Output = ApiResult<HttpResponse>>,
 {
     let Some(key) = req.headers().get("idempotency-key") else { return handler().await };
-    let key = key.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255).ok_or_else(|| {
-        ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1–255 visible ASCII characters")
-    })?;
+    let key = key
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+        .ok_or_else(|| ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1–255 visible ASCII characters"))?;
     let hash = hex::encode(ring::digest::digest(&ring::digest::SHA256, &serde_json::to_vec(request).unwrap_or_default()));
     let mut conn = state.db.get().await?;
     let cutoff = Utc::now() - chrono::Duration::hours(KEY_TTL_HOURS);
-    diesel::delete(ik::table.filter(ik::tenant_id.eq(&tenant.id)).filter(ik::route.eq(route)).filter(ik::idempotency_key.eq(key)).filter(ik::created_at.lt(cutoff)))
-        .execute(&mut conn)
-        .await?;
+    diesel::delete(
+        ik::table
+            .filter(ik::tenant_id.eq(&tenant.id))
+            .filter(ik::route.eq(route))
+            .filter(ik::idempotency_key.eq(key))
+            .filter(ik::created_at.lt(cutoff)),
+    )
+    .execute(&mut conn)
+    .await?;
     let inserted = diesel::insert_into(ik::table)
         .values((ik::tenant_id.eq(&tenant.id), ik::route.eq(route), ik::idempotency_key.eq(key), ik::request_hash.eq(&hash)))
         .on_conflict_do_nothing()
@@ -56,15 +64,10 @@ where
         .await?;
     let target = ik::table.filter(ik::tenant_id.eq(&tenant.id)).filter(ik::route.eq(route)).filter(ik::idempotency_key.eq(key));
     if inserted == 0 {
-        let (stored_hash, status, body, location): (String, Option<i32>, Option<String>, Option<String>) = target
-            .select((ik::request_hash, ik::response_status, ik::response_body, ik::response_location))
-            .first(&mut conn)
-            .await?;
+        let (stored_hash, status, body, location): (String, Option<i32>, Option<String>, Option<String>) =
+            target.select((ik::request_hash, ik::response_status, ik::response_body, ik::response_location)).first(&mut conn).await?;
         if stored_hash != hash {
-            return Err(ApiError::unprocessable(
-                "idempotency_key_reused",
-                "this Idempotency-Key was used with a different request body",
-            ));
+            return Err(ApiError::unprocessable("idempotency_key_reused", "this Idempotency-Key was used with a different request body"));
         }
         let Some(status) = status else {
             return Err(ApiError::conflict("idempotency_key_in_use", "a request with this Idempotency-Key is still running"));

@@ -58,12 +58,9 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
     drop(conn);
     let mut failed = 0;
     for id in silent {
-        let error = Problem::new(500, "worker_lost", "Worker lost").with_detail(format!(
-            "no report from the transcoder for {} s",
-            state.settings.operations.heartbeat_timeout_seconds
-        ));
-        if lifecycle::finish(&state.db, &state.topology, &id, Outcome::Failed { error, source: None }).await?
-            == lifecycle::Applied::Changed
+        let error = Problem::new(500, "worker_lost", "Worker lost")
+            .with_detail(format!("no report from the transcoder for {} s", state.settings.operations.heartbeat_timeout_seconds));
+        if lifecycle::finish(&state.db, &state.topology, &id, Outcome::Failed { error, source: None }).await? == lifecycle::Applied::Changed
         {
             failed += 1;
         }

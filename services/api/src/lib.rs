@@ -62,9 +62,8 @@ impl Application {
     pub fn build_with_resolver(settings: Settings, resolver: Arc<dyn vid_netguard::Resolve>) -> anyhow::Result<Self> {
         let sealing_key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
-        let url_policy = UrlPolicy::strict()
-            .with_require_https(settings.webhooks.require_https)
-            .with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
+        let url_policy =
+            UrlPolicy::strict().with_require_https(settings.webhooks.require_https).with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
         vid_infra::metrics::install();
         let db = vid_db::pool(&settings.database)?;
         let state = AppState {
@@ -79,8 +78,7 @@ impl Application {
             db,
             settings: Arc::new(settings),
         };
-        let listener = TcpListener::bind(&state.settings.api.listen)
-            .with_context(|| format!("binding {}", state.settings.api.listen))?;
+        let listener = TcpListener::bind(&state.settings.api.listen).with_context(|| format!("binding {}", state.settings.api.listen))?;
         let port = listener.local_addr()?.port();
         Ok(Self { port, listener, state })
     }
@@ -111,10 +109,7 @@ impl Application {
         ];
         let background = [
             tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
-            tokio::spawn(watch::run_listener(
-                state.watchers.clone(),
-                state.settings.database.url.expose_secret().to_owned(),
-            )),
+            tokio::spawn(watch::run_listener(state.watchers.clone(), state.settings.database.url.expose_secret().to_owned())),
         ];
         let data = web::Data::new(state);
         let server = HttpServer::new(move || {
@@ -171,8 +166,9 @@ fn json_config() -> web::JsonConfig {
     web::JsonConfig::default().limit(64 * 1024).error_handler(|err, _| {
         use actix_web::error::JsonPayloadError;
         let problem = match &err {
-            JsonPayloadError::ContentType => Problem::new(415, "unsupported_media_type", "Unsupported media type")
-                .with_detail("send the body as application/json"),
+            JsonPayloadError::ContentType => {
+                Problem::new(415, "unsupported_media_type", "Unsupported media type").with_detail("send the body as application/json")
+            }
             JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
                 Problem::new(413, "body_too_large", "Body too large").with_detail(err.to_string())
             }

@@ -183,7 +183,12 @@ pub async fn finish(db: &vid_db::Pool, topology: &Topology, id: &OperationId, ou
                         video: format!("/videos/{video}"),
                         renditions: renditions
                             .iter()
-                            .map(|r| RenditionRef { name: r.name.clone(), width: r.width, height: r.height, storage_key: r.storage_key.clone() })
+                            .map(|r| RenditionRef {
+                                name: r.name.clone(),
+                                width: r.width,
+                                height: r.height,
+                                storage_key: r.storage_key.clone(),
+                            })
                             .collect(),
                     };
                     diesel::update(operations::table.filter(operations::id.eq(&id)))
@@ -244,10 +249,12 @@ pub async fn record_scan(db: &vid_db::Pool, id: &OperationId, outcome: vid_core:
             if OperationStatus::parse(&status).is_none_or(|s| s.is_terminal()) {
                 return Ok(Applied::Ignored);
             }
-            let n = diesel::update(operations::table.filter(operations::id.eq(&id)).filter(operations::scan.is_distinct_from(outcome.as_str())))
-                .set((operations::scan.eq(outcome.as_str()), operations::updated_at.eq(Utc::now())))
-                .execute(conn)
-                .await?;
+            let n = diesel::update(
+                operations::table.filter(operations::id.eq(&id)).filter(operations::scan.is_distinct_from(outcome.as_str())),
+            )
+            .set((operations::scan.eq(outcome.as_str()), operations::updated_at.eq(Utc::now())))
+            .execute(conn)
+            .await?;
             if n == 0 {
                 return Ok(Applied::Ignored);
             }

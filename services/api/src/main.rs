@@ -69,8 +69,8 @@ async fn main() -> anyhow::Result<()> {
 
 async fn storage_setup(settings: &Settings) -> anyhow::Result<()> {
     use aws_sdk_s3::types::{
-        AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, CorsConfiguration, CorsRule, ExpirationStatus,
-        LifecycleRule, LifecycleRuleFilter,
+        AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, CorsConfiguration, CorsRule, ExpirationStatus, LifecycleRule,
+        LifecycleRuleFilter,
     };
     let s3 = vid_infra::storage::client(&settings.s3);
     let bucket = &settings.s3.bucket;

@@ -69,12 +69,13 @@ pub async fn observe(req: ServiceRequest, next: Next<impl MessageBody + 'static>
     span.record("route", route.as_str());
     vid_infra::metrics::counter!("http_requests_total", "method" => method, "route" => route.clone(), "status" => status.to_string())
         .increment(1);
-    vid_infra::metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route)
-        .record(elapsed.as_secs_f64());
+    vid_infra::metrics::histogram!("http_request_duration_seconds", "method" => method, "route" => route).record(elapsed.as_secs_f64());
     let mut res = match result {
         Ok(res) => res.map_into_boxed_body(),
         Err(e) => {
-            span.in_scope(|| tracing::info!(path = %path, status, duration_ms = elapsed.as_secs_f64() * 1000.0, error = %e, "request finished"));
+            span.in_scope(
+                || tracing::info!(path = %path, status, duration_ms = elapsed.as_secs_f64() * 1000.0, error = %e, "request finished"),
+            );
             return Err(e);
         }
     };
@@ -202,10 +203,18 @@ mod tests {
                 .service(web::resource("/metrics").get(metrics)),
         )
         .await;
-        let res = test::call_service(&app, test::TestRequest::post().uri("/mwtest/abc123:poke").insert_header(("X-Request-Id", "given-1")).to_request()).await;
+        let res = test::call_service(
+            &app,
+            test::TestRequest::post().uri("/mwtest/abc123:poke").insert_header(("X-Request-Id", "given-1")).to_request(),
+        )
+        .await;
         assert_eq!(res.status(), 202);
         assert_eq!(res.headers().get("x-request-id").unwrap(), "given-1");
-        let res = test::call_service(&app, test::TestRequest::post().uri("/mwtest/zz9:poke").insert_header(("X-Request-Id", "bad id")).to_request()).await;
+        let res = test::call_service(
+            &app,
+            test::TestRequest::post().uri("/mwtest/zz9:poke").insert_header(("X-Request-Id", "bad id")).to_request(),
+        )
+        .await;
         let made = res.headers().get("x-request-id").unwrap().to_str().unwrap().to_owned();
         assert!(made.starts_with("req_"), "{made}");
         let res = test::call_service(&app, test::TestRequest::get().uri("/mwtest-nothing-here").to_request()).await;

@@ -153,7 +153,10 @@ fn problem(status: u16, code: &str, title: &str, description: &str, header: Opti
 }
 
 problem_response!(
-    BadRequest, 400, "invalid_json", "Bad request",
+    BadRequest,
+    400,
+    "invalid_json",
+    "Bad request",
     "The request is malformed: `invalid_json` (body not JSON, unknown field, wrong type), `invalid_query`, \
 `invalid_status`, `invalid_event_type`, `invalid_cursor`, `invalid_part_numbers`, `invalid_idempotency_key`."
 );
@@ -163,24 +166,33 @@ problem_response!(
     header "WWW-Authenticate": "`Bearer`"
 );
 problem_response!(
-    NotFound, 404, "not_found", "Not found",
+    NotFound,
+    404,
+    "not_found",
+    "Not found",
     "`not_found`: the resource does not exist, belongs to another tenant, or the id is malformed."
 );
 problem_response!(
-    Conflict, 409, "upload_aborted", "Conflict",
+    Conflict,
+    409,
+    "upload_aborted",
+    "Conflict",
     "The resource is in a state that forbids this (the `code` says which; some carry extension members, \
 e.g. `missing_parts`), or `idempotency_key_in_use`."
 );
+problem_response!(PayloadTooLarge, 413, "body_too_large", "Body too large", "`body_too_large`: JSON bodies are limited to 64 KiB.");
 problem_response!(
-    PayloadTooLarge, 413, "body_too_large", "Body too large",
-    "`body_too_large`: JSON bodies are limited to 64 KiB."
-);
-problem_response!(
-    UnsupportedMediaType, 415, "unsupported_media_type", "Unsupported media type",
+    UnsupportedMediaType,
+    415,
+    "unsupported_media_type",
+    "Unsupported media type",
     "`unsupported_media_type`: send the body as `application/json`."
 );
 problem_response!(
-    Unprocessable, 422, "unsupported_content_type", "Request refused",
+    Unprocessable,
+    422,
+    "unsupported_content_type",
+    "Request refused",
     "Well-formed, but refused by a rule (the `code` says which), or `idempotency_key_reused`."
 );
 problem_response!(
@@ -189,7 +201,10 @@ problem_response!(
     header "Retry-After": "Seconds to wait (sent with `too_many_watchers`)."
 );
 problem_response!(
-    Unavailable, 503, "unavailable", "Service unavailable",
+    Unavailable,
+    503,
+    "unavailable",
+    "Service unavailable",
     "`unavailable`: a dependency (database, storage, broker) is down; retry later."
 );
 
@@ -236,7 +251,8 @@ fn fix_links(v: &mut serde_json::Value) {
         serde_json::Value::Object(map) => {
             if let Some(serde_json::Value::Object(links)) = map.get_mut("links") {
                 for link in links.values_mut().filter_map(serde_json::Value::as_object_mut) {
-                    for (from, to) in [("operation_id", "operationId"), ("operation_ref", "operationRef"), ("request_body", "requestBody")] {
+                    for (from, to) in [("operation_id", "operationId"), ("operation_ref", "operationRef"), ("request_body", "requestBody")]
+                    {
                         if let Some(value) = link.remove(from) {
                             link.insert(to.to_owned(), value);
                         }

@@ -120,7 +120,12 @@ pub async fn run_relay(db: vid_db::Pool, amqp: AmqpSettings, notify: Arc<Notify>
     }
 }
 
-async fn relay_session(db: &vid_db::Pool, amqp: &AmqpSettings, notify: &Notify, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+async fn relay_session(
+    db: &vid_db::Pool,
+    amqp: &AmqpSettings,
+    notify: &Notify,
+    shutdown: &mut watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     let setup = async {
         let conn = vid_infra::amqp::connect(amqp, Duration::from_secs(30)).await?;
         let publisher = Publisher::new(&conn).await?;
@@ -163,38 +168,39 @@ async fn relay_session(db: &vid_db::Pool, amqp: &AmqpSettings, notify: &Notify, 
 pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::Result<usize> {
     let mut conn = db.get().await?;
     type Row = (i64, String, String, String, Option<String>);
-    let rows = conn.transaction::<Vec<Row>, anyhow::Error, _>(|conn| {
-        async move {
-            let rows: Vec<(i64, String, String, String, Option<String>)> = outbox::table
-                .order(outbox::id.asc())
-                .limit(BATCH)
-                .for_update()
-                .skip_locked()
-                .select((outbox::id, outbox::exchange, outbox::routing_key, outbox::payload, outbox::correlation_id))
-                .load(conn)
-                .await?;
-            if rows.is_empty() {
-                return Ok(rows);
-            }
-            for (_, exchange, routing_key, payload, correlation_id) in &rows {
-                match publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await {
-                    Ok(()) => {}
-                    // A cancel broadcast while no transcoder is connected: nobody holds the job,
-                    // so there is nobody to tell (a worker that picks the job up later is told
-                    // again on its first report). Retrying would wedge every row behind it.
-                    Err(PublishError::Unroutable { exchange, .. }) if exchange.ends_with(".control") => {
-                        tracing::info!(%exchange, "cancel broadcast reached no transcoder; dropped");
-                    }
-                    Err(e) => return Err(e.into()),
+    let rows = conn
+        .transaction::<Vec<Row>, anyhow::Error, _>(|conn| {
+            async move {
+                let rows: Vec<(i64, String, String, String, Option<String>)> = outbox::table
+                    .order(outbox::id.asc())
+                    .limit(BATCH)
+                    .for_update()
+                    .skip_locked()
+                    .select((outbox::id, outbox::exchange, outbox::routing_key, outbox::payload, outbox::correlation_id))
+                    .load(conn)
+                    .await?;
+                if rows.is_empty() {
+                    return Ok(rows);
                 }
+                for (_, exchange, routing_key, payload, correlation_id) in &rows {
+                    match publisher.publish(exchange, routing_key, payload.as_bytes(), correlation_id.as_deref()).await {
+                        Ok(()) => {}
+                        // A cancel broadcast while no transcoder is connected: nobody holds the job,
+                        // so there is nobody to tell (a worker that picks the job up later is told
+                        // again on its first report). Retrying would wedge every row behind it.
+                        Err(PublishError::Unroutable { exchange, .. }) if exchange.ends_with(".control") => {
+                            tracing::info!(%exchange, "cancel broadcast reached no transcoder; dropped");
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+                diesel::delete(outbox::table.filter(outbox::id.eq_any(&ids))).execute(conn).await?;
+                Ok(rows)
             }
-            let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
-            diesel::delete(outbox::table.filter(outbox::id.eq_any(&ids))).execute(conn).await?;
-            Ok(rows)
-        }
-        .scope_boxed()
-    })
-    .await?;
+            .scope_boxed()
+        })
+        .await?;
     for (_, exchange, routing_key, _, correlation_id) in &rows {
         vid_infra::metrics::counter!("outbox_messages_published_total", "exchange" => exchange.clone()).increment(1);
         tracing::info!(%exchange, %routing_key, correlation_id = correlation_id.as_deref().unwrap_or(""), "outbox message published");

@@ -143,21 +143,11 @@ pub async fn list_parts(state: &AppState, key: &str, upload_id: &str) -> Result<
 
 /// S3 CompleteMultipartUpload with the parts in ascending order.
 /// `Ok(false)` when storage no longer knows the upload (e.g. a retried complete).
-pub async fn complete_multipart(
-    state: &AppState,
-    key: &str,
-    upload_id: &str,
-    parts: &[StoredPart],
-) -> Result<bool, ApiError> {
+pub async fn complete_multipart(state: &AppState, key: &str, upload_id: &str, parts: &[StoredPart]) -> Result<bool, ApiError> {
     let mut sorted: Vec<&StoredPart> = parts.iter().collect();
     sorted.sort_by_key(|p| p.part_number);
     let completed = CompletedMultipartUpload::builder()
-        .set_parts(Some(
-            sorted
-                .iter()
-                .map(|p| CompletedPart::builder().part_number(p.part_number as i32).e_tag(&p.etag).build())
-                .collect(),
-        ))
+        .set_parts(Some(sorted.iter().map(|p| CompletedPart::builder().part_number(p.part_number as i32).e_tag(&p.etag).build()).collect()))
         .build();
     match state
         .s3
@@ -186,15 +176,7 @@ pub async fn object_size(state: &AppState, key: &str) -> Result<Option<u64>, Api
 
 /// S3 AbortMultipartUpload; an upload storage already forgot counts as aborted.
 pub async fn abort_multipart(state: &AppState, key: &str, upload_id: &str) -> Result<(), ApiError> {
-    match state
-        .s3
-        .abort_multipart_upload()
-        .bucket(&state.settings.s3.bucket)
-        .key(key)
-        .upload_id(upload_id)
-        .send()
-        .await
-    {
+    match state.s3.abort_multipart_upload().bucket(&state.settings.s3.bucket).key(key).upload_id(upload_id).send().await {
         Ok(_) => Ok(()),
         Err(e) if is_no_such_upload(&e) => Ok(()),
         Err(e) => Err(unavailable("AbortMultipartUpload", aws_sdk_s3::error::DisplayErrorContext(e))),

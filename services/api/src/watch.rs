@@ -44,11 +44,7 @@ pub type Fingerprint = (String, i16, Option<String>);
 
 /// The fingerprint of an operation, inside the caller's transaction.
 pub async fn fingerprint(conn: &mut AsyncPgConnection, id: &OperationId) -> diesel::QueryResult<Fingerprint> {
-    operations::table
-        .filter(operations::id.eq(id))
-        .select((operations::status, operations::progress, operations::phase))
-        .first(conn)
-        .await
+    operations::table.filter(operations::id.eq(id)).select((operations::status, operations::progress, operations::phase)).first(conn).await
 }
 
 /// Records that an operation changed, inside the caller's transaction: bumps
@@ -89,8 +85,7 @@ pub async fn load(db: &vid_db::Pool, id: &OperationId, tenant: Option<&TenantId>
     if let Some(tenant) = tenant {
         q = q.filter(operations::tenant_id.eq(tenant));
     }
-    let row: Option<(OperationRow, i64)> =
-        q.select((OperationRow::as_select(), operations::revision)).first(&mut conn).await.optional()?;
+    let row: Option<(OperationRow, i64)> = q.select((OperationRow::as_select(), operations::revision)).first(&mut conn).await.optional()?;
     Ok(row.map(|(row, revision)| Snapshot { revision, operation: Arc::new(row.into_operation()) }))
 }
 

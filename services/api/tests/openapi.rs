@@ -12,8 +12,7 @@ use serde_json::Value;
 
 /// Routes served on purpose without being in the document: the UI that shows
 /// it and the web console's page and static files (not API routes).
-const NOT_DOCUMENTED: &[(&str, &str)] =
-    &[("get", "/docs"), ("get", "/console"), ("get", "/console/"), ("get", "/console/{file}")];
+const NOT_DOCUMENTED: &[(&str, &str)] = &[("get", "/docs"), ("get", "/console"), ("get", "/console/"), ("get", "/console/{file}")];
 
 /// Every `(method, path)` the api registers with `.route("…", web::METHOD()…)`,
 /// read from the source so that a route added anywhere under `src/` without a
@@ -145,7 +144,10 @@ async fn tenant_routes_need_the_bearer_key_and_problems_are_described() {
             // Every error answer is a problem.
             for (status, resp) in op["responses"].as_object().unwrap() {
                 if status.starts_with('4') || (status.starts_with('5') && path != "/readyz") {
-                    assert!(resp.get("$ref").is_some_and(|r| r.as_str().unwrap().starts_with("#/components/responses/")), "{method} {path} {status}");
+                    assert!(
+                        resp.get("$ref").is_some_and(|r| r.as_str().unwrap().starts_with("#/components/responses/")),
+                        "{method} {path} {status}"
+                    );
                 }
             }
         }

@@ -195,7 +195,11 @@ async fn limits_and_bad_input_are_problem_details() {
         .await
         .unwrap();
     // Malformed JSON, unknown fields, wrong types: 400 with a problem body.
-    for raw in [r#"{"size_bytes": 10"#, r#"{"size_bytes":10,"content_type":"video/mp4","extra":1}"#, r#"{"size_bytes":"10","content_type":"video/mp4"}"#] {
+    for raw in [
+        r#"{"size_bytes": 10"#,
+        r#"{"size_bytes":10,"content_type":"video/mp4","extra":1}"#,
+        r#"{"size_bytes":"10","content_type":"video/mp4"}"#,
+    ] {
         let resp = client
             .http()
             .post(format!("{}/uploads", api.url))

@@ -309,7 +309,12 @@ async fn issue_key(api: &TestApi, tenant: &TenantId) -> String {
     vid_api::auth::issue_key(&mut conn, tenant).await.unwrap()
 }
 
-async fn raw_status(client: &vid_client::Client, key: &str, method: vid_client::HttpMethod, path: &str) -> (u16, Option<String>, serde_json::Value) {
+async fn raw_status(
+    client: &vid_client::Client,
+    key: &str,
+    method: vid_client::HttpMethod,
+    path: &str,
+) -> (u16, Option<String>, serde_json::Value) {
     let url = format!("{}{path}", client.base_url());
     let resp = client.http().request(method, url).bearer_auth(key).send().await.unwrap();
     let status = resp.status().as_u16();
@@ -333,7 +338,10 @@ async fn the_per_tenant_bound_gives_429_and_a_client_that_leaves_frees_its_slot(
     until_watchers(&api, &tenant, 2).await;
 
     // Third: 429 with Retry-After, for streams and waits alike.
-    for (method, path) in [(vid_client::HttpMethod::GET, format!("/operations/{op}/events")), (vid_client::HttpMethod::POST, format!("/operations/{op}:wait"))] {
+    for (method, path) in [
+        (vid_client::HttpMethod::GET, format!("/operations/{op}/events")),
+        (vid_client::HttpMethod::POST, format!("/operations/{op}:wait")),
+    ] {
         let (status, retry_after, body) = raw_status(&client, &key, method, &path).await;
         assert_eq!(status, 429, "{body}");
         assert_eq!(body["code"], "too_many_watchers");

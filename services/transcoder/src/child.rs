@@ -66,13 +66,14 @@ pub enum ChildMessage {
 /// Exit 0 after a terminal line (`succeeded`, `failed`, `error`); 2 when the
 /// spec cannot be read.
 pub fn child_main(spec: &Path) -> i32 {
-    let job: MediaJob = match std::fs::read(spec).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
-        Ok(j) => j,
-        Err(e) => {
-            emit(&ChildMessage::Error { message: format!("cannot read the spec {}: {e}", spec.display()) });
-            return 2;
-        }
-    };
+    let job: MediaJob =
+        match std::fs::read(spec).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+            Ok(j) => j,
+            Err(e) => {
+                emit(&ChildMessage::Error { message: format!("cannot read the spec {}: {e}", spec.display()) });
+                return 2;
+            }
+        };
     let mut last = Instant::now() - Duration::from_secs(1);
     let result = media::run(&job, &mut |ev| match ev {
         MediaEvent::Probed(source) => emit(&ChildMessage::Probed { source }),
@@ -190,7 +191,8 @@ pub async fn supervise(
     let pid = child.id();
     let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
     let started = tokio::time::Instant::now();
-    let mut deadline = started + limits.base_budget + Duration::from_secs_f64(limits.budget_per_media_second * limits.assumed_duration_seconds);
+    let mut deadline =
+        started + limits.base_budget + Duration::from_secs_f64(limits.budget_per_media_second * limits.assumed_duration_seconds);
     let mut last_line = tokio::time::Instant::now();
     let mut terminal: Option<ChildMessage> = None;
     let mut source: Option<SourceMetadata> = None;
@@ -260,7 +262,10 @@ pub async fn supervise(
     if let Some(sig) = status.signal() {
         tracing::error!(pid, signal = sig, "worker child died by a signal");
         return ChildOutcome::Failed {
-            error: problems::problem(problems::TRANSCODE_CRASHED, format!("the worker process died by signal {sig} ({})", signal_name(sig))),
+            error: problems::problem(
+                problems::TRANSCODE_CRASHED,
+                format!("the worker process died by signal {sig} ({})", signal_name(sig)),
+            ),
             source,
         };
     }
@@ -268,10 +273,9 @@ pub async fn supervise(
         Some(ChildMessage::Succeeded { outcome }) if status.success() => ChildOutcome::Succeeded(outcome),
         Some(ChildMessage::Failed { error, source: s }) => ChildOutcome::Failed { error, source: s.or(source) },
         Some(ChildMessage::Error { message }) => ChildOutcome::Internal(message),
-        _ if status.code() == Some(101) => ChildOutcome::Failed {
-            error: problems::problem(problems::TRANSCODE_CRASHED, "the worker process panicked"),
-            source,
-        },
+        _ if status.code() == Some(101) => {
+            ChildOutcome::Failed { error: problems::problem(problems::TRANSCODE_CRASHED, "the worker process panicked"), source }
+        }
         _ => ChildOutcome::Internal(format!("the worker child exited with {status} without a result")),
     }
 }

@@ -418,10 +418,7 @@ mod tests {
     fn replies_parse() {
         assert_eq!(parse_reply("stream: OK"), Ok(Verdict::Clean));
         assert_eq!(parse_reply("stream: OK\0"), Ok(Verdict::Clean));
-        assert_eq!(
-            parse_reply("stream: Eicar-Test-Signature FOUND"),
-            Ok(Verdict::Infected { signature: "Eicar-Test-Signature".into() })
-        );
+        assert_eq!(parse_reply("stream: Eicar-Test-Signature FOUND"), Ok(Verdict::Infected { signature: "Eicar-Test-Signature".into() }));
         assert_eq!(parse_reply("INSTREAM size limit exceeded. ERROR"), Err(Reply::TooLarge));
         assert!(matches!(parse_reply("stream: Can't allocate memory ERROR"), Err(Reply::Other(_))));
         assert!(matches!(parse_reply("UNKNOWN COMMAND"), Err(Reply::Other(_))));

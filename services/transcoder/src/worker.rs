@@ -49,8 +49,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
-    QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
 use tokio::io::AsyncWriteExt;
@@ -321,7 +320,12 @@ impl Worker {
             Ok(w) => w,
             Err(e) => return JobEnd::Transient(e),
         };
-        let reports = Reports { publisher: publisher.clone(), worker: self.name.clone(), exchange: self.topology.reports_exchange(), job: job.clone() };
+        let reports = Reports {
+            publisher: publisher.clone(),
+            worker: self.name.clone(),
+            exchange: self.topology.reports_exchange(),
+            job: job.clone(),
+        };
         if let Err(e) = reports.send(ReportKind::Started).await {
             return JobEnd::Transient(e);
         }
@@ -380,7 +384,8 @@ impl Worker {
         // 3–4. Probe and transcode in the child.
         progress.set(Phase::Probing, 11.0);
         let media_job = MediaJob { input: source_path, out_dir: work.path.join("out"), limits: t.limits(), ladder: t.ladder.clone() };
-        let spec = child::write_spec(&work.path, &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
+        let spec =
+            child::write_spec(&work.path, &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
         let limits = child::Limits {
             stall_timeout: t.stall_timeout(),
             base_budget: Duration::from_secs(600).max(t.stall_timeout() * 2),
@@ -474,7 +479,8 @@ impl Worker {
         }
         let total = resp.content_length().filter(|n| *n > 0).map(|n| n as u64).unwrap_or(job.source_size_bytes).max(1);
         let mut body = resp.body;
-        let mut file = tokio::fs::File::create(to).await.map_err(|e| StepError::Transient(anyhow!(e).context("creating the source file")))?;
+        let mut file =
+            tokio::fs::File::create(to).await.map_err(|e| StepError::Transient(anyhow!(e).context("creating the source file")))?;
         let mut got = 0u64;
         while let Some(chunk) = body.try_next().await.map_err(|e| StepError::Transient(anyhow!(e).context("reading the source from S3")))? {
             file.write_all(&chunk).await.map_err(|e| StepError::Transient(anyhow!(e).context("writing the source file")))?;

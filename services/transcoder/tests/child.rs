@@ -42,9 +42,13 @@ async fn real_child_transcodes_and_reports_progress() {
     let ChildOutcome::Succeeded(o) = out else { panic!("{out:?}") };
     assert_eq!(o.transcoded.renditions.len(), 3);
     assert!(matches!(seen.first(), Some(ChildMessage::Probed { .. })), "{seen:?}");
-    let fractions: Vec<f64> = seen.iter().filter_map(|m| if let ChildMessage::Progress { fraction } = m { Some(*fraction) } else { None }).collect();
+    let fractions: Vec<f64> =
+        seen.iter().filter_map(|m| if let ChildMessage::Progress { fraction } = m { Some(*fraction) } else { None }).collect();
     assert!(!fractions.is_empty(), "progress lines arrive");
-    assert!(fractions.windows(2).all(|w| w[0] <= w[1]) && fractions.iter().all(|f| f.is_finite() && (0.0..=1.0).contains(f)), "{fractions:?}");
+    assert!(
+        fractions.windows(2).all(|w| w[0] <= w[1]) && fractions.iter().all(|f| f.is_finite() && (0.0..=1.0).contains(f)),
+        "{fractions:?}"
+    );
     for r in &o.transcoded.renditions {
         assert_eq!(ffprobe(&r.path)["streams"][0]["codec_name"], "h264");
     }
@@ -96,7 +100,10 @@ async fn a_child_over_its_budget_is_stopped() {
     let (_tx, rx) = watch::channel(None);
     let l = Limits { base_budget: Duration::from_secs(1), budget_per_media_second: 0.0, ..limits(Duration::from_secs(10)) };
     let out = child::supervise(cmd, l, rx, |_| {}).await;
-    assert!(matches!(&out, ChildOutcome::Failed { error, .. } if error.code == "transcode_stalled" && error.detail.as_deref().unwrap().contains("budget")), "{out:?}");
+    assert!(
+        matches!(&out, ChildOutcome::Failed { error, .. } if error.code == "transcode_stalled" && error.detail.as_deref().unwrap().contains("budget")),
+        "{out:?}"
+    );
 }
 
 #[tokio::test]

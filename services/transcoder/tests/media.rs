@@ -52,7 +52,10 @@ fn check_outputs(o: &MediaOutcome, expect: &[(&str, u32, u32)], audio: bool) {
     let poster = o.transcoded.poster.as_ref().expect("a poster");
     let p = ffprobe(&poster.path);
     assert_eq!(p["streams"][0]["codec_name"], "mjpeg");
-    assert_eq!((p["streams"][0]["width"].as_u64().unwrap() as u32, p["streams"][0]["height"].as_u64().unwrap() as u32), (poster.width, poster.height));
+    assert_eq!(
+        (p["streams"][0]["width"].as_u64().unwrap() as u32, p["streams"][0]["height"].as_u64().unwrap() as u32),
+        (poster.width, poster.height)
+    );
     assert_eq!((poster.width, poster.height), (expect[0].1, expect[0].2));
 }
 
@@ -71,8 +74,24 @@ fn odd_size_gets_even_renditions_never_upscaled() {
     let src = clips.path("odd.mp4");
     // 4:4:4 because x264 refuses odd sizes in 4:2:0.
     ffmpeg(&[
-        "-f", "lavfi", "-i", "testsrc=size=641x481:rate=25:duration=1.5", "-f", "lavfi", "-i", "sine=duration=1.5",
-        "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv444p", "-c:a", "aac", "-shortest", src.to_str().unwrap(),
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=641x481:rate=25:duration=1.5",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=duration=1.5",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv444p",
+        "-c:a",
+        "aac",
+        "-shortest",
+        src.to_str().unwrap(),
     ]);
     let o = run(&src, &dir.path().join("out")).unwrap();
     assert_eq!((o.source.width, o.source.height, o.source.rotation), (641, 481, 0));
@@ -121,8 +140,24 @@ fn webm_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("clip.webm");
     ffmpeg(&[
-        "-f", "lavfi", "-i", "testsrc=size=320x180:rate=25:duration=1", "-f", "lavfi", "-i", "sine=duration=1",
-        "-c:v", "libvpx", "-deadline", "realtime", "-b:v", "300k", "-c:a", "libopus", "-shortest", p.to_str().unwrap(),
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=320x180:rate=25:duration=1",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=duration=1",
+        "-c:v",
+        "libvpx",
+        "-deadline",
+        "realtime",
+        "-b:v",
+        "300k",
+        "-c:a",
+        "libopus",
+        "-shortest",
+        p.to_str().unwrap(),
     ]);
     let o = run(&p, &dir.path().join("out")).unwrap();
     assert_eq!(o.source.container, "matroska,webm");
@@ -180,7 +215,19 @@ fn zero_byte_file_is_empty() {
 fn one_frame_video_is_too_short() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("one.mp4");
-    ffmpeg(&["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames:v", "1", "-c:v", "libx264", "-pix_fmt", "yuv420p", p.to_str().unwrap()]);
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=320x240:rate=25",
+        "-frames:v",
+        "1",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        p.to_str().unwrap(),
+    ]);
     fails_with(&p, "duration_too_short");
 }
 

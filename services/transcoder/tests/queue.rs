@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, QueueDeclareOptions, QueueDeleteOptions, ExchangeDeleteOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
 use lapin::types::FieldTable;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
@@ -28,7 +30,6 @@ use vid_infra::settings::{AmqpSettings, LogFormat, S3Settings, TelemetrySettings
 use vid_infra::SecretString;
 use vid_transcoder::settings::{ScannerSettings, Settings, TranscoderSettings};
 use vid_transcoder::worker::Worker;
-
 
 fn settings(env: &HashMap<String, String>, prefix: &str, work_dir: &Path) -> Settings {
     Settings {
@@ -105,7 +106,13 @@ impl Harness {
         self.reports.lock().unwrap().get(job.operation_id.as_str()).cloned().unwrap_or_default()
     }
 
-    async fn wait_for(&self, job: &TranscodeJob, what: &str, timeout: Duration, f: impl Fn(&[TranscodeReport]) -> bool) -> Vec<TranscodeReport> {
+    async fn wait_for(
+        &self,
+        job: &TranscodeJob,
+        what: &str,
+        timeout: Duration,
+        f: impl Fn(&[TranscodeReport]) -> bool,
+    ) -> Vec<TranscodeReport> {
         let t = Instant::now();
         loop {
             let r = self.reports(job);
@@ -134,7 +141,9 @@ fn is_terminal(r: &TranscodeReport) -> bool {
 /// Started first; progress phases in order, percent non-decreasing ≤ 99, ≤ 1 per second; one terminal, last.
 fn check_sequence(reports: &[TranscodeReport]) {
     assert!(matches!(reports.first().map(|r| &r.kind), Some(ReportKind::Started)), "{reports:#?}");
-    let order = |p: Phase| [Phase::Downloading, Phase::Scanning, Phase::Probing, Phase::Transcoding, Phase::Uploading].iter().position(|x| *x == p).unwrap();
+    let order = |p: Phase| {
+        [Phase::Downloading, Phase::Scanning, Phase::Probing, Phase::Transcoding, Phase::Uploading].iter().position(|x| *x == p).unwrap()
+    };
     let mut last: Option<(usize, u8, chrono::DateTime<chrono::Utc>)> = None;
     for r in reports {
         if let ReportKind::Progress { phase, percent } = r.kind {
@@ -164,7 +173,8 @@ async fn worker_against_rabbitmq_and_garage() {
     let topology = Topology::new(&unique);
     topology.declare(publisher.channel()).await.unwrap();
     let ch = conn.create_channel().await.unwrap();
-    let mut consumer = ch.basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+    let mut consumer =
+        ch.basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
     let reports: Reports = Arc::default();
     let sink = reports.clone();
     tokio::spawn(async move {
@@ -309,10 +319,16 @@ async fn worker_against_rabbitmq_and_garage() {
             .sum()
     };
     let jobs_queue = h.topology.transcode_jobs();
-    assert_eq!(sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "ack")]), 4.0, "success, failure, malformed, cancel:\n{page}");
+    assert_eq!(
+        sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "ack")]),
+        4.0,
+        "success, failure, malformed, cancel:\n{page}"
+    );
     assert!(sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "requeue")]) >= 5.0, "{page}");
     assert!(sample("amqp_messages_consumed_total", &[("queue", &h.topology.control_exchange()), ("outcome", "ack")]) >= 1.0, "{page}");
-    for (outcome, at_least) in [("succeeded", 1.0), ("failed", 1.0), ("malformed", 1.0), ("retry", 5.0), ("cancelled", 1.0), ("shutdown", 1.0)] {
+    for (outcome, at_least) in
+        [("succeeded", 1.0), ("failed", 1.0), ("malformed", 1.0), ("retry", 5.0), ("cancelled", 1.0), ("shutdown", 1.0)]
+    {
         assert!(sample("transcode_jobs_total", &[("outcome", outcome)]) >= at_least, "transcode_jobs_total{{outcome={outcome}}}:\n{page}");
     }
     assert!(sample("transcode_duration_seconds_count", &[("rendition", "360p")]) >= 1.0, "{page}");
@@ -322,7 +338,13 @@ async fn worker_against_rabbitmq_and_garage() {
     for q in [h.topology.transcode_jobs(), h.topology.transcode_dead(), h.topology.transcode_reports(), h.topology.webhook_events()] {
         let _ = ch.queue_delete(&q, QueueDeleteOptions::default()).await;
     }
-    for e in [h.topology.transcode_exchange(), h.topology.dead_letter_exchange(), h.topology.reports_exchange(), h.topology.events_exchange(), h.topology.control_exchange()] {
+    for e in [
+        h.topology.transcode_exchange(),
+        h.topology.dead_letter_exchange(),
+        h.topology.reports_exchange(),
+        h.topology.events_exchange(),
+        h.topology.control_exchange(),
+    ] {
         let _ = ch.exchange_delete(&e, ExchangeDeleteOptions::default()).await;
     }
     for k in h.keys_under(&h.key_prefix).await {

@@ -190,7 +190,6 @@ async fn protocol_unavailable_scanners() {
 
 // --------------------------------------------------------------- worker --
 
-
 type Collected = Arc<Mutex<HashMap<String, Vec<TranscodeReport>>>>;
 
 /// One worker with its own AMQP prefix, S3 key prefix and scanner settings.
@@ -243,8 +242,10 @@ impl Stack {
         let topology = Topology::new(&unique);
         topology.declare(publisher.channel()).await.unwrap();
         let channel = conn.create_channel().await.unwrap();
-        let mut consumer =
-            channel.basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+        let mut consumer = channel
+            .basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .unwrap();
         let reports: Collected = Arc::default();
         let sink = reports.clone();
         tokio::spawn(async move {
@@ -364,7 +365,13 @@ fn clip() -> Vec<u8> {
 }
 
 fn scanner() -> ScannerSettings {
-    ScannerSettings { address: clamd_address(), retry_attempts: 2, retry_backoff_seconds: 0.1, retry_backoff_max_seconds: 1.0, ..ScannerSettings::default() }
+    ScannerSettings {
+        address: clamd_address(),
+        retry_attempts: 2,
+        retry_backoff_seconds: 0.1,
+        retry_backoff_max_seconds: 1.0,
+        ..ScannerSettings::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,8 @@
 //! 2. A fresh database and amqp prefix, one tenant, `ENDPOINTS` endpoints
 //!    (default 1) at the receiver, an in-process dispatcher.
 //! 3. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as
-//!    fast as the broker confirms them (32 in flight) and waits until every
+//!    fast as the broker confirms them (`PUBLISH_CONCURRENCY` in flight,
+//!    default 256, each publish awaiting its own confirm) and waits until every
 //!    delivery has been received. Throughput = deliveries / (last receipt −
 //!    first publish).
 //! 4. Paced: publishes at half the burst throughput (each publish scheduled
@@ -19,7 +20,8 @@
 //! Figures only: nothing is asserted.
 //!
 //! Environment: `EVENTS`, `ENDPOINTS`, `PER_ENDPOINT_CONCURRENCY` (default 64),
-//! `BATCH_SIZE` (64), `MAX_IN_FLIGHT` (256), `PREFETCH` (256), `POOL_SIZE` (16);
+//! `BATCH_SIZE` (64), `MAX_IN_FLIGHT` (256), `PREFETCH` (256), `POOL_SIZE` (16),
+//! `PUBLISH_CONCURRENCY` (256);
 //! the local stack must be up (`.local/stack.env`).
 
 use std::collections::HashMap;
@@ -114,10 +116,7 @@ impl Bench {
         let id = event.id.as_str().to_owned();
         let msg = EventPublished { tenant_id: self.tenant.clone(), event, payload };
         let t0 = Instant::now();
-        self.publisher
-            .publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(&id))
-            .await
-            .expect("publish");
+        self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(&id)).await.expect("publish");
         (id, t0)
     }
 
@@ -168,6 +167,7 @@ async fn main() {
     let max_in_flight: u32 = env_or("MAX_IN_FLIGHT", 256);
     let prefetch: u16 = env_or("PREFETCH", 256);
     let pool: u32 = env_or("POOL_SIZE", 16);
+    let publish_concurrency: usize = env_or("PUBLISH_CONCURRENCY", 256);
 
     // 1. Receiver, then wrk (run by the script) against it.
     let log: Log = Arc::default();
@@ -205,11 +205,7 @@ async fn main() {
     Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
     let tenant = TenantId::generate();
     let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
-    diesel::insert_into(tenants::table)
-        .values((tenants::id.eq(&tenant), tenants::name.eq("bench")))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant), tenants::name.eq("bench"))).execute(&mut conn).await.unwrap();
     let key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret()).unwrap();
     for _ in 0..endpoints {
         let id = EndpointId::generate();
@@ -250,7 +246,7 @@ async fn main() {
             let b = bench.clone();
             async move { b.publish_one().await }
         })
-        .buffer_unordered(32)
+        .buffer_unordered(publish_concurrency.max(1))
         .collect()
         .await;
     let published_in = start.elapsed();
@@ -282,19 +278,14 @@ async fn main() {
     plat.sort();
 
     // Attempts that did not get a 200 (retried; they inflate the tail).
-    let non_200: i64 = at::table
-        .filter(at::response_status.ne(200).or(at::response_status.is_null()))
-        .count()
-        .get_result(&mut conn)
-        .await
-        .unwrap_or(-1);
-    let not_succeeded: i64 =
-        dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
+    let non_200: i64 =
+        at::table.filter(at::response_status.ne(200).or(at::response_status.is_null())).count().get_result(&mut conn).await.unwrap_or(-1);
+    let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
 
-    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} (test profile otherwise: idle_poll_ms=50)");
+    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {deliveries} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
         span.as_secs_f64(),
@@ -303,7 +294,9 @@ async fn main() {
     );
     println!("dispatcher throughput: {rate:.0} deliveries/s (publish → 2xx received)");
     match wrk_rps {
-        Some(w) if w > 0.0 => println!("wrk against the same receiver: {w:.0} requests/s; ratio dispatcher/wrk = {:.4} ({:.2} %)", rate / w, 100.0 * rate / w),
+        Some(w) if w > 0.0 => {
+            println!("wrk against the same receiver: {w:.0} requests/s; ratio dispatcher/wrk = {:.4} ({:.2} %)", rate / w, 100.0 * rate / w)
+        }
         _ => println!("wrk: no figure given on stdin; no ratio"),
     }
     println!(
@@ -320,5 +313,8 @@ async fn main() {
         ms(percentile(&plat, 99.0)),
         ms(plat.last().copied().unwrap_or_default())
     );
-    println!("duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}", dups, pdups);
+    println!(
+        "duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}",
+        dups, pdups
+    );
 }

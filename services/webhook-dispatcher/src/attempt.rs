@@ -11,19 +11,23 @@
 //! - connect timeout and whole-attempt timeout come from the settings
 //!   (5 s / 15 s in production); at most `max_response_body_bytes` of the
 //!   body are read;
-//! - one connection per attempt (no pooling): attempts to one endpoint are
-//!   minutes apart in the failure case that matters, and a fresh connection
-//!   is always made to an address checked for this attempt.
+//! - connections are kept alive and reused per scheme/host/port (see
+//!   [`Sender`]): a new connection is only ever opened to an address checked
+//!   for the attempt that opens it, and a pooled one was opened that way too.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::rustls;
@@ -119,6 +123,24 @@ impl Outcome {
         }
     }
 
+    /// The `outcome` label of `webhook_delivery_attempts_total`: `succeeded`;
+    /// `http_1xx`, `http_4xx`, `http_5xx` (any other status class likewise);
+    /// `redirect` for 3xx; else the error class (`timeout`, `connect`, `dns`,
+    /// `tls`, `blocked_address`, `http` for a broken HTTP exchange).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Outcome::Answered(a) => match a.status {
+                200..=299 => "succeeded",
+                300..=399 => "redirect",
+                100..=199 => "http_1xx",
+                400..=499 => "http_4xx",
+                500..=599 => "http_5xx",
+                _ => "http_other",
+            },
+            Outcome::Failed { class, .. } => class.as_str(),
+        }
+    }
+
     fn failed(class: ErrorClass, detail: impl Into<String>) -> Self {
         Outcome::Failed { class, detail: detail.into() }
     }
@@ -128,15 +150,25 @@ impl Outcome {
 /// Tests use it to prove that refused addresses are never contacted.
 pub type ConnectObserver = Arc<dyn Fn(SocketAddr) + Send + Sync>;
 
-/// Sends attempts. Cheap to share behind an `Arc`.
+/// Idle keep-alive connections are closed after this long.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Sends attempts over a keep-alive connection pool. Cheap to share behind an `Arc`.
+///
+/// The pool is hyper-util's legacy [`Client`] (keyed by scheme, host and
+/// port, HTTP/1.1 only) over [`CheckedConnector`], which connects only to
+/// the addresses checked for the attempt that asked for the connection. An
+/// idle pooled connection is reused by later attempts to the same host: it
+/// was opened to an address that passed the check then, and each attempt
+/// still checks the URL and its resolution first (a refused resolution
+/// never reaches the pool).
 pub struct Sender {
     policy: UrlPolicy,
     resolver: Arc<dyn Resolve>,
-    tls: TlsConnector,
+    client: Client<CheckedConnector, Full<Bytes>>,
     connect_timeout: Duration,
     request_timeout: Duration,
     max_body: usize,
-    observer: Option<ConnectObserver>,
 }
 
 /// A request to send: the endpoint URL as stored, headers, and the exact body.
@@ -150,18 +182,154 @@ pub struct Request {
     pub body: Bytes,
 }
 
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+/// What the connector may connect to for the attempt being sent: the
+/// addresses [`resolve_checked`] returned, the TLS server name, and the
+/// connect deadline. Set with [`CHECKED`] around the client's request
+/// future, read synchronously by [`CheckedConnector`] when the pool asks for
+/// a new connection (hyper-util calls the connector inside that future).
+#[derive(Clone)]
+struct Checked {
+    addrs: Arc<[SocketAddr]>,
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+    connect_deadline: Instant,
+}
+
+tokio::task_local! {
+    static CHECKED: Checked;
+}
+
+/// The connector behind the pool: TCP to the checked addresses only (in
+/// order, until one connects), then TLS for `https`. Without checked
+/// addresses in scope it refuses to connect (fails closed).
+#[derive(Clone)]
+struct CheckedConnector {
+    tls: TlsConnector,
+    observer: Option<ConnectObserver>,
+}
+
+/// Why the connector could not give a connection; carried through the
+/// client's error chain so the attempt gets the right [`ErrorClass`].
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+struct ConnectError {
+    class: ErrorClass,
+    detail: String,
+}
+
+/// A plain or TLS connection, as the pool holds it.
+enum Stream {
+    /// `http://`
+    Plain(TcpStream),
+    /// `https://`
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl tower_service::Service<http::Uri> for CheckedConnector {
+    type Response = TokioIo<Stream>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<TokioIo<Stream>, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, dst: http::Uri) -> Self::Future {
+        // Read now, in the attempt's task: the future below may be finished
+        // in the background (hyper-util spawns a started connect whose
+        // request was served by a pooled connection meanwhile).
+        let checked = CHECKED.try_with(Checked::clone).ok();
+        let (tls, observer) = (self.tls.clone(), self.observer.clone());
+        Box::pin(async move {
+            let Some(checked) = checked else {
+                return Err(ConnectError { class: ErrorClass::BlockedAddress, detail: "no checked addresses for this connection".into() });
+            };
+            let tcp = connect_checked(&checked.addrs, checked.connect_deadline, observer.as_ref()).await?;
+            let stream = if dst.scheme() == Some(&http::uri::Scheme::HTTPS) {
+                let server_name =
+                    checked.server_name.ok_or_else(|| ConnectError { class: ErrorClass::Tls, detail: "no TLS server name".into() })?;
+                let tls = tls
+                    .connect(server_name, tcp)
+                    .await
+                    .map_err(|e| ConnectError { class: ErrorClass::Tls, detail: format!("TLS handshake failed: {e}") })?;
+                Stream::Tls(Box::new(tls))
+            } else {
+                Stream::Plain(tcp)
+            };
+            Ok(TokioIo::new(stream))
+        })
+    }
+}
+
+/// Tries each checked address in order until one connects.
+async fn connect_checked(addrs: &[SocketAddr], deadline: Instant, observer: Option<&ConnectObserver>) -> Result<TcpStream, ConnectError> {
+    let mut errors = Vec::new();
+    for addr in addrs {
+        if let Some(observer) = observer {
+            observer(*addr);
+        }
+        match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => errors.push(format!("{addr}: {e}")),
+            Err(_) => {
+                errors.push(format!("{addr}: connect timeout"));
+                break;
+            }
+        }
+    }
+    Err(ConnectError { class: ErrorClass::Connect, detail: format!("could not connect: {}", errors.join("; ")) })
+}
 
 impl Sender {
     /// A sender applying `policy`, resolving through `resolver`, with the given
-    /// timeouts and body cap. TLS trusts the Mozilla roots of `webpki-roots`.
+    /// timeouts and body cap, keeping at most `max_idle_per_host` idle
+    /// connections per scheme/host/port. TLS trusts the Mozilla roots of
+    /// `webpki-roots`.
     pub fn new(
         policy: UrlPolicy,
         resolver: Arc<dyn Resolve>,
         connect_timeout: Duration,
         request_timeout: Duration,
         max_body: usize,
+        max_idle_per_host: usize,
         observer: Option<ConnectObserver>,
     ) -> anyhow::Result<Self> {
         let mut roots = rustls::RootCertStore::empty();
@@ -171,90 +339,71 @@ impl Sender {
             .with_root_certificates(roots)
             .with_no_client_auth();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Self {
-            policy,
-            resolver,
-            tls: TlsConnector::from(Arc::new(config)),
-            connect_timeout,
-            request_timeout,
-            max_body,
-            observer,
-        })
+        let connector = CheckedConnector { tls: TlsConnector::from(Arc::new(config)), observer };
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(max_idle_per_host)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        Ok(Self { policy, resolver, client, connect_timeout, request_timeout, max_body })
     }
 
     /// Makes one attempt. Never fails: every problem is an [`Outcome::Failed`].
     pub async fn send(&self, request: Request) -> Outcome {
         let deadline = Instant::now() + self.request_timeout;
         let timeout_ms = self.request_timeout.as_millis();
-        let (response, conn_task) = match tokio::time::timeout_at(deadline, self.send_head(&request, deadline)).await {
-            Ok(Ok(pair)) => pair,
+        let response = match tokio::time::timeout_at(deadline, self.send_head(&request, deadline)).await {
+            Ok(Ok(response)) => response,
             Ok(Err(outcome)) => return outcome,
             Err(_) => return Outcome::failed(ErrorClass::Timeout, format!("no answer within {timeout_ms} ms")),
         };
         let status = response.status().as_u16();
-        let header = |name: http::header::HeaderName| {
-            response.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        };
+        let header =
+            |name: http::header::HeaderName| response.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let retry_after = header(http::header::RETRY_AFTER);
         let location = header(http::header::LOCATION);
         let mut body = response.into_body();
         let mut buf = Vec::new();
-        // The status is what counts; a body that trickles past the deadline is cut short.
+        // The status is what counts; a body that trickles past the deadline is
+        // cut short. A body read to its end frees the connection for reuse; one
+        // cut short closes it when dropped.
         let _ = tokio::time::timeout_at(deadline, async {
-            while buf.len() < self.max_body {
-                match body.frame().await {
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            let take = data.len().min(self.max_body - buf.len());
-                            buf.extend_from_slice(&data[..take]);
-                        }
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Ok(data) = frame.into_data() {
+                    let take = data.len().min(self.max_body - buf.len());
+                    buf.extend_from_slice(&data[..take]);
+                    if take < data.len() {
+                        break;
                     }
-                    _ => break,
                 }
             }
         })
         .await;
-        conn_task.abort();
         Outcome::Answered(Answer { status, retry_after, location, body: snippet(&buf, self.max_body) })
     }
 
-    async fn send_head(
-        &self,
-        request: &Request,
-        deadline: Instant,
-    ) -> Result<(http::Response<hyper::body::Incoming>, tokio::task::JoinHandle<()>), Outcome> {
+    async fn send_head(&self, request: &Request, deadline: Instant) -> Result<http::Response<hyper::body::Incoming>, Outcome> {
         let url = WebhookUrl::parse(&request.url, &self.policy).map_err(url_error)?;
         let addrs = resolve_checked(&url, &self.policy, &*self.resolver).await.map_err(url_error)?;
-        let connect_deadline = deadline.min(Instant::now() + self.connect_timeout);
-        let tcp = self.connect(&addrs, connect_deadline).await?;
-        let io: Box<dyn Io> = if url.is_https() {
-            let server_name = match url.host() {
+        let server_name = if url.is_https() {
+            Some(match url.host() {
                 WebhookHost::Domain(d) => rustls::pki_types::ServerName::try_from(d.clone())
                     .map_err(|e| Outcome::failed(ErrorClass::Tls, format!("invalid TLS server name: {e}")))?,
                 WebhookHost::Ip(ip) => rustls::pki_types::ServerName::IpAddress(ip_for_sni(*ip).into()),
-            };
-            let tls = self
-                .tls
-                .connect(server_name, tcp)
-                .await
-                .map_err(|e| Outcome::failed(ErrorClass::Tls, format!("TLS handshake failed: {e}")))?;
-            Box::new(tls)
+            })
         } else {
-            Box::new(tcp)
+            None
         };
-        let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(Pin::new(io)))
-            .await
-            .map_err(|e| Outcome::failed(ErrorClass::Http, format!("HTTP handshake failed: {e}")))?;
-        let conn_task = tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let checked = Checked { addrs: addrs.into(), server_name, connect_deadline: deadline.min(Instant::now() + self.connect_timeout) };
+        let uri: http::Uri =
+            url.url().as_str().parse().map_err(|e| Outcome::failed(ErrorClass::BlockedAddress, format!("unusable URL: {e}")))?;
         let host_header = match url.url().port() {
             Some(port) => format!("{}:{port}", url.host_str()),
             None => url.host_str().to_owned(),
         };
         let mut builder = http::Request::builder()
             .method(http::Method::POST)
-            .uri(url.path_and_query())
+            .uri(uri)
             .header(http::header::HOST, host_header)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::USER_AGENT, USER_AGENT)
@@ -265,36 +414,25 @@ impl Sender {
         let req = builder
             .body(Full::new(request.body.clone()))
             .map_err(|e| Outcome::failed(ErrorClass::Http, format!("building the request: {e}")))?;
-        match sender.send_request(req).await {
-            Ok(response) => Ok((response, conn_task)),
-            Err(e) => {
-                conn_task.abort();
-                Err(Outcome::failed(ErrorClass::Http, format!("no valid HTTP answer: {e}")))
-            }
-        }
+        CHECKED.scope(checked, self.client.request(req)).await.map_err(client_error)
     }
+}
 
-    /// Tries each checked address in order until one connects.
-    async fn connect(&self, addrs: &[SocketAddr], deadline: Instant) -> Result<TcpStream, Outcome> {
-        let mut errors = Vec::new();
-        for addr in addrs {
-            if let Some(observer) = &self.observer {
-                observer(*addr);
-            }
-            match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Ok(stream);
-                }
-                Ok(Err(e)) => errors.push(format!("{addr}: {e}")),
-                Err(_) => {
-                    errors.push(format!("{addr}: connect timeout"));
-                    break;
-                }
-            }
+/// Classifies a client error: the connector's own class if it failed, else
+/// a broken HTTP exchange.
+fn client_error(e: hyper_util::client::legacy::Error) -> Outcome {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<ConnectError>() {
+            return Outcome::failed(c.class, c.detail.clone());
         }
-        Err(Outcome::failed(ErrorClass::Connect, format!("could not connect: {}", errors.join("; "))))
+        source = s.source();
     }
+    let detail = match std::error::Error::source(&e) {
+        Some(s) => format!("no valid HTTP answer: {e}: {s}"),
+        None => format!("no valid HTTP answer: {e}"),
+    };
+    Outcome::failed(ErrorClass::Http, detail)
 }
 
 /// SNI is not sent for IP literals; the certificate must then carry the IP.

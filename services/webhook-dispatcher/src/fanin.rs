@@ -1,10 +1,13 @@
 //! Fan-in: committed events from RabbitMQ become delivery rows in PostgreSQL.
 //!
-//! Consumes `P.webhook.events` with manual acks. For each
-//! [`EventPublished`], one transaction inserts one delivery per matching
-//! endpoint of the tenant ([`store::insert_deliveries`]); the message is acked
-//! only after the commit, so a crash between the two redelivers the message,
-//! and `(event_id, endpoint_id)` uniqueness makes the redelivery harmless.
+//! Consumes `P.webhook.events` with manual acks, in batches: every message
+//! already received (up to `prefetch`) is taken together, and ONE
+//! transaction inserts one delivery per matching endpoint of each event's
+//! tenant ([`store::insert_deliveries_batch`], multi-row `INSERT`); the
+//! messages are acked only after the commit, so a crash between the two
+//! redelivers them, and `(event_id, endpoint_id)` uniqueness makes the
+//! redelivery harmless. Each message's `x-correlation-id` is logged as the
+//! `correlation_id` field of its `fan_in` span.
 //! From then on the schedule lives in PostgreSQL, not in the broker: a
 //! RabbitMQ restart loses no pending delivery or scheduled retry.
 
@@ -15,12 +18,13 @@ use std::time::Duration;
 use anyhow::Context;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
-use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use futures::{FutureExt, StreamExt};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions};
 use lapin::types::FieldTable;
 use tokio::sync::{watch, Notify};
 use vid_core::messages::EventPublished;
 use vid_infra::amqp::Topology;
+use vid_infra::metrics::counter;
 use vid_infra::settings::AmqpSettings;
 
 use crate::store;
@@ -38,17 +42,23 @@ pub async fn run(
     broker_up: BrokerUp,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut backoff = Duration::from_millis(200);
+    const FIRST: Duration = Duration::from_millis(200);
+    let mut backoff = FIRST;
     loop {
         if *shutdown.borrow() {
             return;
         }
+        let started = std::time::Instant::now();
         let result = session(&db, &amqp, prefetch, &wake, &broker_up, &mut shutdown).await;
         broker_up.store(false, Ordering::SeqCst);
         match result {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "fan-in interrupted; reconnecting");
+                // A session that ran for a while was healthy: start the backoff afresh.
+                if started.elapsed() > Duration::from_secs(30) {
+                    backoff = FIRST;
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.changed() => return,
@@ -77,9 +87,11 @@ async fn session(
         .await
         .context("consuming webhook events")?;
     broker_up.store(true, Ordering::SeqCst);
-    tracing::info!(queue = %topology.webhook_events(), "fan-in consuming");
+    let queue = topology.webhook_events();
+    tracing::info!(%queue, "fan-in consuming");
+    let max_batch = usize::from(prefetch.max(1));
     loop {
-        let delivery = tokio::select! {
+        let first = tokio::select! {
             d = consumer.next() => d,
             _ = shutdown.changed() => {
                 // Unacked messages go back to the queue when the channel closes.
@@ -88,50 +100,100 @@ async fn session(
                 return Ok(());
             }
         };
-        let Some(delivery) = delivery else { anyhow::bail!("consumer stream ended") };
-        let delivery = delivery?;
-        let message: EventPublished = match serde_json::from_slice(&delivery.data) {
-            Ok(m) => m,
-            Err(e) => {
-                // Unparseable forever: drop it rather than loop on it.
-                tracing::error!(error = %e, "dropping malformed EventPublished message");
-                delivery.ack(BasicAckOptions::default()).await?;
-                continue;
+        let Some(first) = first else { anyhow::bail!("consumer stream ended") };
+        // Whatever else has already arrived joins this batch (no waiting).
+        let mut batch = vec![first?];
+        while batch.len() < max_batch {
+            match consumer.next().now_or_never() {
+                Some(Some(d)) => batch.push(d?),
+                Some(None) => anyhow::bail!("consumer stream ended"),
+                None => break,
             }
-        };
-        match fan_in(db, &message).await {
-            Ok(n) => {
-                delivery.ack(BasicAckOptions::default()).await?;
-                tracing::debug!(event_id = %message.event.id, deliveries = n, "fanned in");
-                if n > 0 {
-                    wake.notify_one();
-                }
+        }
+        handle_batch(db, &channel, &queue, batch, wake).await?;
+    }
+}
+
+/// One batch of consumed messages: malformed ones are rejected (without
+/// requeue: they would fail forever); the others' deliveries are inserted in
+/// ONE transaction, and only after its commit are the messages acked (one
+/// `basic.ack` with `multiple`); if the transaction fails they are all
+/// requeued. Counts every message in `amqp_messages_consumed_total{queue,outcome}`.
+async fn handle_batch(
+    db: &vid_db::Pool,
+    channel: &lapin::Channel,
+    queue: &str,
+    batch: Vec<lapin::message::Delivery>,
+    wake: &Notify,
+) -> anyhow::Result<()> {
+    let mut messages = Vec::with_capacity(batch.len());
+    let mut spans = Vec::with_capacity(batch.len());
+    let mut last_tag = None;
+    for delivery in &batch {
+        let correlation_id = vid_infra::amqp::correlation_id(&delivery.properties);
+        let span =
+            tracing::info_span!("fan_in", correlation_id = correlation_id.as_deref().unwrap_or(""), event_id = tracing::field::Empty);
+        match serde_json::from_slice::<EventPublished>(&delivery.data) {
+            Ok(m) => {
+                span.record("event_id", m.event.id.as_str());
+                messages.push(m);
+                spans.push(span);
+                last_tag = Some(delivery.delivery_tag);
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), event_id = %message.event.id, "fan-in failed; requeueing");
-                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await?;
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                span.in_scope(|| tracing::error!(error = %e, "rejecting malformed EventPublished message"));
+                delivery.reject(BasicRejectOptions { requeue: false }).await?;
+                counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "reject").increment(1);
             }
         }
     }
+    let Some(last_tag) = last_tag else { return Ok(()) };
+    let n = messages.len() as u64;
+    match fan_in_batch(db, &messages).await {
+        Ok(inserted) => {
+            channel.basic_ack(last_tag, BasicAckOptions { multiple: true }).await?;
+            counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "ack").increment(n);
+            for (m, span) in messages.iter().zip(&spans) {
+                span.in_scope(|| tracing::debug!(event_id = %m.event.id, "fanned in"));
+            }
+            if inserted > 0 {
+                wake.notify_one();
+            }
+        }
+        Err(e) => {
+            for span in &spans {
+                span.in_scope(|| tracing::warn!(error = %format!("{e:#}"), "fan-in failed; requeueing"));
+            }
+            channel.basic_nack(last_tag, BasicNackOptions { multiple: true, requeue: true }).await?;
+            counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "requeue").increment(n);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    Ok(())
 }
 
 /// Inserts the deliveries of one event, in one transaction. Returns how many were new.
 pub async fn fan_in(db: &vid_db::Pool, message: &EventPublished) -> anyhow::Result<usize> {
+    fan_in_batch(db, std::slice::from_ref(message)).await
+}
+
+/// Inserts the deliveries of many events, in one transaction
+/// ([`store::insert_deliveries_batch`]). Returns how many were new.
+pub async fn fan_in_batch(db: &vid_db::Pool, messages: &[EventPublished]) -> anyhow::Result<usize> {
     let mut conn = db.get().await?;
     let n = conn
         .transaction::<usize, diesel::result::Error, _>(|conn| {
             async move {
-                store::insert_deliveries(
-                    conn,
-                    &message.tenant_id,
-                    &message.event.id,
-                    message.event.type_,
-                    &message.payload,
-                    None,
-                    false,
-                )
-                .await
+                let events: Vec<store::NewEvent<'_>> = messages
+                    .iter()
+                    .map(|m| store::NewEvent {
+                        tenant_id: &m.tenant_id,
+                        event_id: &m.event.id,
+                        event_type: m.event.type_,
+                        payload: &m.payload,
+                    })
+                    .collect();
+                store::insert_deliveries_batch(conn, &events).await
             }
             .scope_boxed()
         })

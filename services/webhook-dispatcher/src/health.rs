@@ -1,5 +1,7 @@
-//! `/healthz` (liveness: the process answers) and `/readyz` (PostgreSQL
-//! answers and the fan-in consumer is attached to RabbitMQ), on
+//! `/healthz` (liveness: the process answers), `/readyz` (PostgreSQL
+//! answers and the fan-in consumer is attached to RabbitMQ) and `/metrics`
+//! (Prometheus text format, [`vid_infra::metrics::render`]: the
+//! `webhook_*` and `amqp_messages_consumed_total` series), on
 //! `dispatcher.health_listen`. A tiny hyper 1 server; anything else is 404.
 
 use std::convert::Infallible;
@@ -51,6 +53,11 @@ async fn route(path: &str, db: &vid_db::Pool, broker_up: &BrokerUp) -> hyper::Re
             let status = if database && broker { 200 } else { 503 };
             json(status, format!(r#"{{"database":{database},"broker":{broker}}}"#))
         }
+        "/metrics" => hyper::Response::builder()
+            .status(200)
+            .header(http::header::CONTENT_TYPE, vid_infra::metrics::CONTENT_TYPE)
+            .body(Full::new(Bytes::from(vid_infra::metrics::render())))
+            .expect("static response parts are valid"),
         _ => json(404, r#"{"status":"not found"}"#.to_owned()),
     }
 }

@@ -1,8 +1,18 @@
 //! The scheduler: claims due deliveries from PostgreSQL and runs their attempts.
 //!
-//! - Woken at once by the fan-in (an in-process [`Notify`]) and by every
-//!   finished attempt; otherwise it polls every `idle_poll_ms` (retries that
-//!   fall due, other replicas' inserts, the api's `:enable`/`:retry`).
+//! - Woken at once by the fan-in (an in-process [`Notify`]), whenever
+//!   recorded attempts free slots, and by PostgreSQL notifications of
+//!   deliveries that became due elsewhere ([`crate::listen`]: other
+//!   replicas' inserts and released leases, the api's `:enable`/`:retry`);
+//!   otherwise it polls every `idle_poll_ms` (retries that fall due, and the
+//!   fallback for a lost notification).
+//! - Works in batches: one claim statement leases up to `batch_size`
+//!   deliveries, one query loads their endpoints (secrets opened once per
+//!   endpoint per batch), every attempt runs as its own task over the
+//!   keep-alive pool of [`Sender`], and one recorder task writes finished
+//!   successes many per statement ([`store::record_successes`]); failures
+//!   are recorded one transaction each, concurrently, since they may disable
+//!   an endpoint.
 //! - Claims are leases ([`store::claim`]): a crashed replica's deliveries are
 //!   retried once its leases expire, and several replicas never run the same
 //!   attempt twice.
@@ -10,8 +20,10 @@
 //!   endpoint holds at most `per_endpoint_concurrency` slots and never blocks
 //!   anyone else (no head-of-line blocking); `max_in_flight` bounds the process.
 //! - On shutdown it stops claiming, gives in-flight attempts
-//!   `shutdown_grace_seconds` to finish, then aborts the rest and releases
-//!   their leases so another replica picks them up at once.
+//!   `shutdown_grace_seconds` to finish and records them, then aborts the
+//!   rest and releases their leases so another replica picks them up at
+//!   once (an attempt aborted after its request went out is sent again:
+//!   at least once, never lost).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -19,17 +31,18 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use tokio::sync::{watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use vid_core::endpoint::SignatureFormat;
-use vid_core::DeliveryId;
+use vid_core::{DeliveryId, EndpointId};
 use vid_db::seal::SealingKey;
+use vid_infra::metrics::{counter, histogram};
 use vid_webhooks::{Scheme, Secret};
 
 use crate::attempt::{Outcome, Request, Sender};
 use crate::retry;
 use crate::settings::DispatcherSettings;
-use crate::store::{self, AttemptRecord, Claimed, DisableRules};
+use crate::store::{self, AttemptRecord, Claimed, DisableRules, EndpointForSend};
 
 /// Everything an attempt needs.
 pub struct Context {
@@ -47,11 +60,41 @@ pub struct Context {
 
 type Leases = Arc<Mutex<HashMap<DeliveryId, DateTime<Utc>>>>;
 
+/// At most this many finished attempts are recorded per statement.
+const RECORD_BATCH: usize = 512;
+
+/// A finished attempt on its way to the recorder, with the in-process slot
+/// it holds until its outcome is recorded.
+struct Done {
+    claimed: Claimed,
+    record: AttemptRecord,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// An endpoint, loaded once per claimed batch, ready to sign with.
+struct Ready {
+    url: String,
+    scheme: Scheme,
+    secrets: Vec<Secret>,
+}
+
+/// What to do with a claimed delivery of this endpoint.
+enum Target {
+    /// Send to it.
+    Send(Arc<Ready>),
+    /// Settle without an attempt (`paused`: disabled meanwhile; `failed`: deleted or gone).
+    Settle(&'static str),
+    /// Its secrets could not be opened: postpone.
+    Broken(String),
+}
+
 /// Runs until `shutdown` turns true, then drains as described in the module docs.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let s = &ctx.settings;
     let slots = Arc::new(Semaphore::new(s.max_in_flight.max(1) as usize));
     let leases: Leases = Arc::default();
+    let (done_tx, done_rx) = mpsc::unbounded_channel::<Done>();
+    let recorder = tokio::spawn(recorder(ctx.clone(), done_rx, leases.clone()));
     let mut tasks = JoinSet::new();
     let lease_ms = i64::try_from(s.lease().as_millis()).unwrap_or(i64::MAX);
     loop {
@@ -62,21 +105,39 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         let free = slots.available_permits().min(s.batch_size.max(1) as usize);
         let mut claimed_all = false;
         if free > 0 {
-            match claim(&ctx, free, lease_ms).await {
+            match claim_batch(&ctx, free, lease_ms).await {
                 Ok(batch) => {
                     claimed_all = batch.len() == free;
-                    for c in batch {
-                        let permit = slots.clone().try_acquire_owned().expect("claimed no more than the free slots");
-                        leases.lock().unwrap().insert(c.id.clone(), c.locked_until);
-                        let ctx = ctx.clone();
-                        let leases = leases.clone();
-                        tasks.spawn(async move {
-                            let id = c.id.clone();
-                            run_attempt(&ctx, c).await;
-                            leases.lock().unwrap().remove(&id);
-                            drop(permit);
-                            ctx.wake.notify_one();
-                        });
+                    {
+                        let mut l = leases.lock().unwrap();
+                        for (c, _) in &batch {
+                            l.insert(c.id.clone(), c.locked_until);
+                        }
+                    }
+                    for (c, target) in batch {
+                        match target {
+                            Target::Send(ready) => {
+                                let permit = slots.clone().try_acquire_owned().expect("claimed no more than the free slots");
+                                let ctx = ctx.clone();
+                                let done_tx = done_tx.clone();
+                                tasks.spawn(async move {
+                                    let record = attempt(&ctx, &c, &ready).await;
+                                    // The recorder outlives every attempt task (see the drain below).
+                                    let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
+                                });
+                            }
+                            Target::Settle(status) => {
+                                settle(&ctx, &c, status).await;
+                                leases.lock().unwrap().remove(&c.id);
+                            }
+                            Target::Broken(e) => {
+                                tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
+                                if let Ok(mut conn) = ctx.db.get().await {
+                                    let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
+                                }
+                                leases.lock().unwrap().remove(&c.id);
+                            }
+                        }
                     }
                 }
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed"),
@@ -96,9 +157,14 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     tracing::info!(in_flight = tasks.len(), grace_s = grace.as_secs(), "scheduler stopping; draining in-flight attempts");
     let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
+        tracing::warn!(aborted = tasks.len(), "grace period over; aborting the attempts still in flight");
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
     }
+    // Every attempt task is gone: once this last sender is dropped the
+    // recorder writes what is queued and ends.
+    drop(done_tx);
+    let _ = recorder.await;
     let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().drain().collect();
     if !left.is_empty() {
         match ctx.db.get().await {
@@ -111,68 +177,177 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-async fn claim(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Result<Vec<Claimed>> {
+/// Claims up to `limit` due deliveries, then loads their endpoints (one
+/// query) and opens each endpoint's secrets once.
+async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Result<Vec<(Claimed, Target)>> {
     let mut conn = ctx.db.get().await?;
     let per_endpoint = i32::try_from(ctx.settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX);
-    Ok(store::claim(&mut conn, per_endpoint, i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?)
-}
-
-/// One attempt from claim to record; errors before the HTTP request postpone
-/// the delivery, errors after it are retried so the outcome is not lost.
-async fn run_attempt(ctx: &Context, c: Claimed) {
-    if let Err(e) = attempt(ctx, &c).await {
-        tracing::warn!(error = %format!("{e:#}"), delivery_id = %c.id, "attempt could not run; postponing");
-        if let Ok(mut conn) = ctx.db.get().await {
-            let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
-        }
+    let claimed = store::claim(&mut conn, per_endpoint, i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?;
+    if claimed.is_empty() {
+        return Ok(Vec::new());
     }
-}
-
-async fn attempt(ctx: &Context, c: &Claimed) -> anyhow::Result<()> {
-    let endpoint = {
-        let mut conn = ctx.db.get().await?;
-        match store::load_endpoint(&mut conn, &c.endpoint_id).await? {
-            Some(e) if e.deleted_at.is_none() && e.status == "enabled" => e,
-            Some(e) if e.deleted_at.is_none() => {
-                store::settle_without_attempt(&mut conn, c, "paused").await?;
-                return Ok(());
-            }
-            _ => {
-                store::settle_without_attempt(&mut conn, c, "failed").await?;
-                return Ok(());
-            }
+    let mut ids: Vec<EndpointId> = claimed.iter().map(|c| c.endpoint_id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    let endpoints = match store::load_endpoints(&mut conn, &ids).await {
+        Ok(e) => e,
+        Err(e) => {
+            // Give the leases back rather than hold them until they expire.
+            let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
+            let _ = store::release(&mut conn, &leases).await;
+            return Err(e.into());
         }
     };
-    let mut secrets = vec![open_secret(&ctx.sealing_key, &endpoint.id, &endpoint.secret_sealed)?];
-    if let (Some(sealed), Some(expires)) = (&endpoint.previous_secret_sealed, endpoint.previous_secret_expires_at) {
+    drop(conn);
+    let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
+    for e in endpoints {
+        let target = if e.deleted_at.is_some() {
+            Target::Settle("failed")
+        } else if e.status != "enabled" {
+            Target::Settle("paused")
+        } else {
+            match ready(&ctx.sealing_key, &e) {
+                Ok(r) => Target::Send(Arc::new(r)),
+                Err(err) => Target::Broken(format!("{err:#}")),
+            }
+        };
+        targets.insert(e.id.clone(), Arc::new(target));
+    }
+    Ok(claimed
+        .into_iter()
+        .map(|c| {
+            let target = match targets.get(&c.endpoint_id).map(|t| &**t) {
+                Some(Target::Send(r)) => Target::Send(r.clone()),
+                Some(Target::Settle(s)) => Target::Settle(s),
+                Some(Target::Broken(e)) => Target::Broken(e.clone()),
+                None => Target::Settle("failed"),
+            };
+            (c, target)
+        })
+        .collect())
+}
+
+/// Opens the endpoint's secrets (the current one, and the previous one
+/// during a rotation overlap) and its signature scheme.
+fn ready(key: &SealingKey, e: &EndpointForSend) -> anyhow::Result<Ready> {
+    let mut secrets = vec![open_secret(key, &e.id, &e.secret_sealed)?];
+    if let (Some(sealed), Some(expires)) = (&e.previous_secret_sealed, e.previous_secret_expires_at) {
         if expires > Utc::now() {
-            secrets.push(open_secret(&ctx.sealing_key, &endpoint.id, sealed)?);
+            secrets.push(open_secret(key, &e.id, sealed)?);
         }
     }
-    let scheme = match SignatureFormat::parse(&endpoint.signature_format).unwrap_or_default() {
+    let scheme = match SignatureFormat::parse(&e.signature_format).unwrap_or_default() {
         SignatureFormat::WebhookSignature => Scheme::WebhookSignature,
         SignatureFormat::StandardWebhooks => Scheme::StandardWebhooks,
     };
-    let started_at = Utc::now();
-    let headers = vid_webhooks::signature_headers(scheme, &secrets, c.event_id.as_str(), started_at.timestamp(), c.payload.as_bytes());
-    let clock = tokio::time::Instant::now();
-    let outcome = ctx
-        .sender
-        .send(Request { url: endpoint.url.clone(), headers, body: Bytes::from(c.payload.clone()) })
-        .await;
-    let duration_ms = i32::try_from(clock.elapsed().as_millis()).unwrap_or(i32::MAX);
+    Ok(Ready { url: e.url.clone(), scheme, secrets })
+}
 
-    let record = to_record(&ctx.settings, c, &outcome, started_at, duration_ms);
-    let rules = DisableRules {
-        failed_deliveries: ctx.settings.disable_after_failed_deliveries,
-        failing_seconds: i64::try_from(ctx.settings.disable_after_failing_seconds).unwrap_or(i64::MAX),
-    };
-    // The request went out: keep trying to record it until the lease would run out.
+async fn settle(ctx: &Context, c: &Claimed, status: &str) {
+    match ctx.db.get().await {
+        Ok(mut conn) => {
+            if let Err(e) = store::settle_without_attempt(&mut conn, c, status).await {
+                tracing::warn!(error = %e, delivery_id = %c.id, "settling failed; the lease will expire");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, delivery_id = %c.id, "settling failed; the lease will expire"),
+    }
+}
+
+/// Signs and sends one attempt; returns what to record. Counts it in
+/// `webhook_delivery_attempts_total{outcome}` and
+/// `webhook_delivery_attempt_duration_seconds`.
+async fn attempt(ctx: &Context, c: &Claimed, ready: &Ready) -> AttemptRecord {
+    let started_at = Utc::now();
+    let headers =
+        vid_webhooks::signature_headers(ready.scheme, &ready.secrets, c.event_id.as_str(), started_at.timestamp(), c.payload.as_bytes());
+    let clock = tokio::time::Instant::now();
+    let outcome = ctx.sender.send(Request { url: ready.url.clone(), headers, body: Bytes::from(c.payload.clone()) }).await;
+    let elapsed = clock.elapsed();
+    counter!("webhook_delivery_attempts_total", "outcome" => outcome.metric_label()).increment(1);
+    histogram!("webhook_delivery_attempt_duration_seconds").record(elapsed.as_secs_f64());
+    let duration_ms = i32::try_from(elapsed.as_millis()).unwrap_or(i32::MAX);
+    to_record(&ctx.settings, c, &outcome, started_at, duration_ms)
+}
+
+/// Writes finished attempts: successes in batches of one statement each
+/// ([`store::record_successes`]); failures one transaction each
+/// ([`store::record`], which also runs the disabling rules), concurrently,
+/// so a failing endpoint's bookkeeping never queues anyone's successes.
+/// Ends when every sender is gone and everything queued is written.
+async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Done>, leases: Leases) {
+    let mut failures = JoinSet::new();
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < RECORD_BATCH {
+            match rx.try_recv() {
+                Ok(d) => batch.push(d),
+                Err(_) => break,
+            }
+        }
+        while failures.try_join_next().is_some() {}
+        let (ok, failed): (Vec<Done>, Vec<Done>) = batch.into_iter().partition(|d| d.record.success);
+        for d in failed {
+            let (ctx, leases) = (ctx.clone(), leases.clone());
+            failures.spawn(async move {
+                record_failure(&ctx, &d.claimed, &d.record).await;
+                leases.lock().unwrap().remove(&d.claimed.id);
+                drop(d);
+                ctx.wake.notify_one();
+            });
+        }
+        if !ok.is_empty() {
+            record_successes(&ctx, &ok).await;
+            let mut l = leases.lock().unwrap();
+            for d in &ok {
+                l.remove(&d.claimed.id);
+            }
+        }
+        drop(ok); // frees the slots
+        ctx.wake.notify_one();
+    }
+    while failures.join_next().await.is_some() {}
+}
+
+/// The requests went out: keep trying to record them until the lease would run out.
+async fn record_successes(ctx: &Context, ok: &[Done]) {
+    let rows: Vec<(Claimed, AttemptRecord)> = ok.iter().map(|d| (d.claimed.clone(), d.record.clone())).collect();
     let mut backoff = Duration::from_millis(100);
     for _ in 0..8 {
         let result = async {
             let mut conn = ctx.db.get().await?;
-            store::record(&mut conn, c, &record, rules).await
+            anyhow::Ok(store::record_successes(&mut conn, &rows).await?)
+        }
+        .await;
+        match result {
+            Ok(updated) => {
+                if updated < rows.len() {
+                    tracing::warn!(lost = rows.len() - updated, "leases lost before the outcomes were recorded");
+                }
+                tracing::debug!(recorded = rows.len(), "successful attempts recorded");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), n = rows.len(), "recording successful attempts failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    tracing::error!(n = rows.len(), "could not record the attempts; their leases will expire and they will be sent again");
+}
+
+/// Records one failed attempt (and its consequences); retried like [`record_successes`].
+async fn record_failure(ctx: &Context, c: &Claimed, record: &AttemptRecord) {
+    let rules = DisableRules {
+        failed_deliveries: ctx.settings.disable_after_failed_deliveries,
+        failing_seconds: i64::try_from(ctx.settings.disable_after_failing_seconds).unwrap_or(i64::MAX),
+    };
+    let mut backoff = Duration::from_millis(100);
+    for _ in 0..8 {
+        let result = async {
+            let mut conn = ctx.db.get().await?;
+            store::record(&mut conn, c, record, rules).await
         }
         .await;
         match result {
@@ -183,9 +358,9 @@ async fn attempt(ctx: &Context, c: &Claimed) -> anyhow::Result<()> {
                 }
                 if let Some(reason) = r.disabled {
                     tracing::warn!(endpoint_id = %c.endpoint_id, %reason, "endpoint disabled");
-                    ctx.wake.notify_one();
+                    counter!("webhook_endpoints_disabled_total", "reason" => r.disabled_rule.unwrap_or("other")).increment(1);
                 }
-                return Ok(());
+                return;
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), delivery_id = %c.id, "recording the attempt failed; retrying");
@@ -195,7 +370,6 @@ async fn attempt(ctx: &Context, c: &Claimed) -> anyhow::Result<()> {
         }
     }
     tracing::error!(delivery_id = %c.id, "could not record the attempt; the lease will expire and it will be sent again");
-    Ok(())
 }
 
 fn open_secret(key: &SealingKey, endpoint: &vid_core::EndpointId, sealed: &[u8]) -> anyhow::Result<Secret> {
@@ -221,7 +395,12 @@ fn to_record(s: &DispatcherSettings, c: &Claimed, outcome: &Outcome, started_at:
     let retry_in = if success {
         None
     } else {
-        retry::next_delay(&s.retry_schedule_seconds, u32::try_from(c.attempt_number()).unwrap_or(u32::MAX), retry_after, rand::random::<f64>())
+        retry::next_delay(
+            &s.retry_schedule_seconds,
+            u32::try_from(c.attempt_number()).unwrap_or(u32::MAX),
+            retry_after,
+            rand::random::<f64>(),
+        )
     };
     AttemptRecord {
         started_at,

@@ -74,9 +74,25 @@ pub struct DispatcherSettings {
     /// Disable an endpoint whose attempts have all failed for this long, in seconds. Default 86400.
     #[serde(default = "default_disable_after_failing_seconds")]
     pub disable_after_failing_seconds: u64,
-    /// RabbitMQ prefetch of the fan-in consumer. Default 64.
+    /// RabbitMQ prefetch of the fan-in consumer, also the most messages
+    /// fanned in per transaction. Default 64.
     #[serde(default = "default_prefetch")]
     pub prefetch: u16,
+    /// Idle keep-alive connections kept per scheme/host/port (closed after
+    /// 60 s unused). Default 64.
+    #[serde(default = "default_pool_max_idle_per_host")]
+    pub pool_max_idle_per_host: usize,
+    /// How often the `webhook_retry_backlog` gauge is refreshed (one count
+    /// on a partial index), in ms. Default 15000.
+    #[serde(default = "default_backlog_interval_ms")]
+    pub retry_backlog_interval_ms: u64,
+}
+
+fn default_pool_max_idle_per_host() -> usize {
+    64
+}
+fn default_backlog_interval_ms() -> u64 {
+    15_000
 }
 
 fn default_max_in_flight() -> u32 {

@@ -19,7 +19,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bool, Integer, Nullable, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel_async::AsyncPgConnection;
 use vid_core::event::{EndpointEventData, Event, EventData, EventType};
 use vid_core::{DeliveryId, EndpointId, EventId, TenantId};
@@ -71,7 +71,10 @@ impl Claimed {
 ///
 /// Runs under a transaction-scoped advisory lock, so two replicas' claims do
 /// not interleave (a claim is one short statement). Endpoints that answered
-/// 429/503 are skipped until their `throttled_until`.
+/// 429/503 are skipped until their `throttled_until`. Its cost grows with
+/// the number of endpoints that have pending deliveries, not with their
+/// backlogs (index skip scan, then an index range scan per endpoint; see
+/// migration `2026-11-29-000030_dispatcher_due_notify`).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     use diesel_async::scoped_futures::ScopedFutureExt;
     use diesel_async::AsyncConnection;
@@ -80,19 +83,22 @@ pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, 
             diesel::sql_query("SELECT pg_advisory_xact_lock($1)").bind::<BigInt, _>(CLAIM_LOCK_KEY).execute(conn).await?;
             diesel::sql_query(
                 r#"
-WITH due_endpoints AS (
-    SELECT DISTINCT d.endpoint_id
-    FROM webhook_deliveries d
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-      AND (d.locked_until IS NULL OR d.locked_until < now())
+WITH RECURSIVE pending_endpoints(endpoint_id) AS (
+    -- Every endpoint with a pending delivery, by a skip scan of the partial
+    -- index webhook_deliveries_endpoint_due: one index probe per endpoint,
+    -- however long each endpoint's backlog is.
+    SELECT min(endpoint_id) FROM webhook_deliveries WHERE status = 'pending'
+    UNION ALL
+    SELECT (SELECT min(d.endpoint_id) FROM webhook_deliveries d WHERE d.status = 'pending' AND d.endpoint_id > p.endpoint_id)
+    FROM pending_endpoints p WHERE p.endpoint_id IS NOT NULL
 ),
 open_endpoints AS (
-    SELECT de.endpoint_id,
+    SELECT p.endpoint_id,
            $1 - (SELECT count(*) FROM webhook_deliveries f
-                 WHERE f.endpoint_id = de.endpoint_id AND f.status = 'pending'
+                 WHERE f.endpoint_id = p.endpoint_id AND f.status = 'pending'
                    AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
-    FROM due_endpoints de
-    JOIN webhook_endpoints e ON e.id = de.endpoint_id
+    FROM pending_endpoints p
+    JOIN webhook_endpoints e ON e.id = p.endpoint_id
     WHERE e.throttled_until IS NULL OR e.throttled_until <= now()
 ),
 chosen AS (
@@ -127,16 +133,24 @@ RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_cou
     .await
 }
 
-/// Gives leases back without an attempt (shutdown): the deliveries are due again at once.
+/// Gives leases back without an attempt (shutdown): the deliveries are due
+/// again at once. One statement for all of them; a lease is only released
+/// if it is still the given token. Returns how many were released.
 pub async fn release(conn: &mut AsyncPgConnection, leases: &[(DeliveryId, DateTime<Utc>)]) -> QueryResult<usize> {
-    let mut n = 0;
-    for (id, token) in leases {
-        n += diesel::update(dl::table.filter(dl::id.eq(id)).filter(dl::locked_until.eq(token)))
-            .set((dl::locked_until.eq(None::<DateTime<Utc>>), dl::updated_at.eq(Utc::now())))
-            .execute(conn)
-            .await?;
+    if leases.is_empty() {
+        return Ok(0);
     }
-    Ok(n)
+    let ids: Vec<&str> = leases.iter().map(|(id, _)| id.as_str()).collect();
+    let tokens: Vec<DateTime<Utc>> = leases.iter().map(|(_, t)| *t).collect();
+    diesel::sql_query(
+        "UPDATE webhook_deliveries d SET locked_until = NULL, updated_at = now() \
+         FROM unnest($1::text[], $2::timestamptz[]) AS l(id, token) \
+         WHERE d.id = l.id AND d.locked_until = l.token",
+    )
+    .bind::<Array<Text>, _>(ids)
+    .bind::<Array<Timestamptz>, _>(tokens)
+    .execute(conn)
+    .await
 }
 
 /// Releases a lease and pushes the delivery back by `delay` (an internal
@@ -174,6 +188,22 @@ pub struct EndpointForSend {
 /// Loads an endpoint for sending.
 pub async fn load_endpoint(conn: &mut AsyncPgConnection, id: &EndpointId) -> QueryResult<Option<EndpointForSend>> {
     ep::table.filter(ep::id.eq(id)).select(EndpointForSend::as_select()).first(conn).await.optional()
+}
+
+/// Loads several endpoints for sending, in one query (a claimed batch's
+/// endpoints). Ids that do not exist are simply missing from the result.
+pub async fn load_endpoints(conn: &mut AsyncPgConnection, ids: &[EndpointId]) -> QueryResult<Vec<EndpointForSend>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    ep::table.filter(ep::id.eq_any(ids)).select(EndpointForSend::as_select()).load(conn).await
+}
+
+/// How many deliveries wait for a retry: `pending` with a next attempt in the
+/// future (the `webhook_retry_backlog` gauge). One index scan of the partial
+/// index `webhook_deliveries_due`.
+pub async fn retry_backlog(conn: &mut AsyncPgConnection) -> QueryResult<i64> {
+    dl::table.filter(dl::status.eq("pending")).filter(dl::next_attempt_at.gt(diesel::dsl::now)).count().get_result(conn).await
 }
 
 /// Ends a claim without an attempt: `status` is `paused` (endpoint disabled
@@ -238,12 +268,154 @@ pub async fn insert_deliveries(
             )
         })
         .collect();
-    diesel::insert_into(dl::table)
-        .values(rows)
-        .on_conflict((dl::event_id, dl::endpoint_id))
-        .do_nothing()
-        .execute(conn)
-        .await
+    diesel::insert_into(dl::table).values(rows).on_conflict((dl::event_id, dl::endpoint_id)).do_nothing().execute(conn).await
+}
+
+/// One event to fan in ([`insert_deliveries_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NewEvent<'a> {
+    /// Owner of the event and of the endpoints it goes to.
+    pub tenant_id: &'a TenantId,
+    /// The event (unique per endpoint among deliveries).
+    pub event_id: &'a EventId,
+    /// Its type (matched against `event_types`).
+    pub event_type: EventType,
+    /// The exact body.
+    pub payload: &'a str,
+}
+
+/// Rows per multi-row `INSERT` (8 parameters a row, far below PostgreSQL's 65,535).
+const INSERT_CHUNK: usize = 2000;
+
+/// [`insert_deliveries`] for many events at once, in the caller's
+/// transaction: one query for every tenant's endpoints, then multi-row
+/// `INSERT … ON CONFLICT (event_id, endpoint_id) DO NOTHING` statements.
+/// Same rules: every matching endpoint (not deleted; `event_types` NULL or
+/// containing the type) gets a delivery, `pending` and due now if enabled,
+/// `paused` if disabled. Returns how many rows were inserted (redelivered
+/// events insert nothing).
+pub async fn insert_deliveries_batch(conn: &mut AsyncPgConnection, batch: &[NewEvent<'_>]) -> QueryResult<usize> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let mut tenants: Vec<&TenantId> = batch.iter().map(|e| e.tenant_id).collect();
+    tenants.sort();
+    tenants.dedup();
+    let endpoints: Vec<(EndpointId, TenantId, String, Option<Vec<String>>)> = ep::table
+        .filter(ep::tenant_id.eq_any(tenants))
+        .filter(ep::deleted_at.is_null())
+        .select((ep::id, ep::tenant_id, ep::status, ep::event_types))
+        .load(conn)
+        .await?;
+    if endpoints.is_empty() {
+        return Ok(0);
+    }
+    let now = Utc::now();
+    let mut rows = Vec::new();
+    for e in batch {
+        for (endpoint_id, tenant_id, status, types) in &endpoints {
+            if tenant_id != e.tenant_id || types.as_ref().is_some_and(|t| !t.iter().any(|t| t == e.event_type.as_str())) {
+                continue;
+            }
+            let enabled = status == "enabled";
+            rows.push((
+                dl::id.eq(DeliveryId::generate()),
+                dl::tenant_id.eq(e.tenant_id.clone()),
+                dl::endpoint_id.eq(endpoint_id.clone()),
+                dl::event_id.eq(e.event_id.clone()),
+                dl::event_type.eq(e.event_type.as_str()),
+                dl::payload.eq(e.payload.to_owned()),
+                dl::status.eq(if enabled { "pending" } else { "paused" }),
+                dl::next_attempt_at.eq(if enabled { Some(now) } else { None }),
+            ));
+        }
+    }
+    let mut inserted = 0;
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        inserted +=
+            diesel::insert_into(dl::table).values(chunk).on_conflict((dl::event_id, dl::endpoint_id)).do_nothing().execute(conn).await?;
+    }
+    Ok(inserted)
+}
+
+/// Records successful attempts in ONE statement (so one round trip and one
+/// commit for a whole batch): their `webhook_attempts` rows, their
+/// deliveries `succeeded` (only where the lease is still the claim token),
+/// and the health of their endpoints reset (`last_success_at`,
+/// `consecutive_failures = 0`, `failing_since = NULL`), exactly what
+/// [`record`] does for one success. Every record must have `success`.
+/// Returns how many deliveries were updated; the others had lost their lease
+/// (their attempt row is still written, as [`record`] does).
+pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)]) -> QueryResult<usize> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    debug_assert!(batch.iter().all(|(_, a)| a.success));
+    let n = batch.len();
+    let mut attempt_ids = Vec::with_capacity(n);
+    let mut delivery_ids = Vec::with_capacity(n);
+    let mut endpoint_ids = Vec::with_capacity(n);
+    let mut tokens = Vec::with_capacity(n);
+    let mut numbers = Vec::with_capacity(n);
+    let mut started = Vec::with_capacity(n);
+    let mut durations = Vec::with_capacity(n);
+    let mut statuses = Vec::with_capacity(n);
+    let mut bodies = Vec::with_capacity(n);
+    for (c, a) in batch {
+        attempt_ids.push(vid_core::AttemptId::generate().as_str().to_owned());
+        delivery_ids.push(c.id.as_str());
+        endpoint_ids.push(c.endpoint_id.as_str());
+        tokens.push(c.locked_until);
+        numbers.push(c.attempt_number());
+        started.push(a.started_at);
+        durations.push(a.duration_ms);
+        statuses.push(a.response_status.map(i32::from));
+        bodies.push(a.response_body.as_deref());
+    }
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        updated: i64,
+    }
+    let count: Count = diesel::sql_query(
+        r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::timestamptz[], $7::int[], $8::int[], $9::text[])
+        AS t(attempt_id, delivery_id, endpoint_id, token, attempt_number, started_at, duration_ms, response_status, response_body)
+),
+attempts AS (
+    INSERT INTO webhook_attempts (id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body)
+    SELECT attempt_id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body FROM input
+    ON CONFLICT (delivery_id, attempt_number) DO NOTHING
+),
+updated AS (
+    UPDATE webhook_deliveries d
+    SET status = 'succeeded', attempt_count = i.attempt_number, next_attempt_at = NULL, last_attempt_at = i.started_at,
+        locked_until = NULL, manual_retry = false, updated_at = now()
+    FROM input i
+    WHERE d.id = i.delivery_id AND d.locked_until = i.token
+    RETURNING d.endpoint_id
+),
+health AS (
+    UPDATE webhook_endpoints e
+    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL
+    WHERE e.id IN (SELECT DISTINCT endpoint_id FROM updated)
+)
+SELECT count(*) AS updated FROM updated
+"#,
+    )
+    .bind::<Array<Text>, _>(attempt_ids)
+    .bind::<Array<Text>, _>(delivery_ids)
+    .bind::<Array<Text>, _>(endpoint_ids)
+    .bind::<Array<Timestamptz>, _>(tokens)
+    .bind::<Array<Integer>, _>(numbers)
+    .bind::<Array<Timestamptz>, _>(started)
+    .bind::<Array<Integer>, _>(durations)
+    .bind::<Array<Nullable<Integer>>, _>(statuses)
+    .bind::<Array<Nullable<Text>>, _>(bodies)
+    .get_result(conn)
+    .await?;
+    Ok(usize::try_from(count.updated).unwrap_or(0))
 }
 
 /// The endpoint columns the outcome bookkeeping reads, locked for update.
@@ -297,6 +469,9 @@ pub struct Recorded {
     pub lease_lost: bool,
     /// The endpoint was disabled by this outcome, with this reason.
     pub disabled: Option<String>,
+    /// The rule that disabled it: `gone`, `failed_deliveries` or
+    /// `failing_too_long` (the `reason` label of `webhook_endpoints_disabled_total`).
+    pub disabled_rule: Option<&'static str>,
 }
 
 /// Records an attempt and applies its consequences, in one transaction:
@@ -312,13 +487,12 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
     conn.transaction::<Recorded, anyhow::Error, _>(|conn| {
         async move {
             let now = Utc::now();
-            let health: Option<EndpointHealth> = diesel::sql_query(
-                "SELECT status, consecutive_failures, failing_since FROM webhook_endpoints WHERE id = $1 FOR UPDATE",
-            )
-            .bind::<Text, _>(&c.endpoint_id)
-            .get_result(conn)
-            .await
-            .optional()?;
+            let health: Option<EndpointHealth> =
+                diesel::sql_query("SELECT status, consecutive_failures, failing_since FROM webhook_endpoints WHERE id = $1 FOR UPDATE")
+                    .bind::<Text, _>(&c.endpoint_id)
+                    .get_result(conn)
+                    .await
+                    .optional()?;
             let endpoint_enabled = health.as_ref().is_some_and(|h| h.status == "enabled");
 
             let gone = a.response_status == Some(410);
@@ -371,7 +545,7 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
                 .execute(conn)
                 .await?;
             if updated == 0 {
-                return Ok(Recorded { status: status.to_owned(), lease_lost: true, disabled: None });
+                return Ok(Recorded { status: status.to_owned(), lease_lost: true, ..Default::default() });
             }
             let Some(health) = health else {
                 return Ok(Recorded { status: status.to_owned(), ..Default::default() });
@@ -380,11 +554,7 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
             let target = ep::table.filter(ep::id.eq(&c.endpoint_id));
             if a.success {
                 diesel::update(target)
-                    .set((
-                        ep::last_success_at.eq(now),
-                        ep::consecutive_failures.eq(0),
-                        ep::failing_since.eq(None::<DateTime<Utc>>),
-                    ))
+                    .set((ep::last_success_at.eq(now), ep::consecutive_failures.eq(0), ep::failing_since.eq(None::<DateTime<Utc>>)))
                     .execute(conn)
                     .await?;
                 return Ok(Recorded { status: status.to_owned(), ..Default::default() });
@@ -408,21 +578,21 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
                 }
             }
 
-            let reason = if health.status != "enabled" {
-                None
+            let (reason, rule) = if health.status != "enabled" {
+                (None, None)
             } else if gone {
-                Some("the endpoint answered 410 Gone".to_owned())
+                (Some("the endpoint answered 410 Gone".to_owned()), Some("gone"))
             } else if exhausted && consecutive >= rules.failed_deliveries {
-                Some(format!("{consecutive} deliveries in a row failed after every retry"))
+                (Some(format!("{consecutive} deliveries in a row failed after every retry")), Some("failed_deliveries"))
             } else if (now - failing_since).num_seconds() >= rules.failing_seconds {
-                Some(format!("no successful delivery for {} h", rules.failing_seconds / 3600))
+                (Some(format!("no successful delivery for {} h", rules.failing_seconds / 3600)), Some("failing_too_long"))
             } else {
-                None
+                (None, None)
             };
             if let Some(reason) = &reason {
                 disable(conn, &c.tenant_id, &c.endpoint_id, reason).await?;
             }
-            Ok(Recorded { status: status.to_owned(), lease_lost: false, disabled: reason })
+            Ok(Recorded { status: status.to_owned(), lease_lost: false, disabled: reason, disabled_rule: rule })
         }
         .scope_boxed()
     })
@@ -440,12 +610,7 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
 pub async fn disable(conn: &mut AsyncPgConnection, tenant_id: &TenantId, endpoint_id: &EndpointId, reason: &str) -> QueryResult<Event> {
     let now = Utc::now();
     diesel::update(ep::table.filter(ep::id.eq(endpoint_id)))
-        .set((
-            ep::status.eq("disabled"),
-            ep::disabled_reason.eq(reason),
-            ep::disabled_at.eq(now),
-            ep::updated_at.eq(now),
-        ))
+        .set((ep::status.eq("disabled"), ep::disabled_reason.eq(reason), ep::disabled_at.eq(now), ep::updated_at.eq(now)))
         .execute(conn)
         .await?;
     diesel::update(dl::table.filter(dl::endpoint_id.eq(endpoint_id)).filter(dl::status.eq("pending")))

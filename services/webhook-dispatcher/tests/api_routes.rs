@@ -114,10 +114,7 @@ async fn delivery_log_and_manual_retry() {
     let (endpoint, _) = register(&api, &rx.url()).await;
     let d = w.start(no_dns());
     let (event_id, _) = w.publish().await;
-    eventually(WAIT, "succeeded", || async {
-        w.deliveries(&endpoint).await.iter().any(|d| d.status == "succeeded").then_some(())
-    })
-    .await;
+    eventually(WAIT, "succeeded", || async { w.deliveries(&endpoint).await.iter().any(|d| d.status == "succeeded").then_some(()) }).await;
 
     let (status, list) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries"), None).await;
     assert_eq!(status, 200, "{list}");
@@ -168,10 +165,7 @@ async fn manual_retry_of_a_failed_delivery_is_a_single_attempt() {
     let (endpoint, _) = register(&api, &rx.url()).await;
     let d = w.start(no_dns());
     w.publish().await;
-    let dlv = eventually(WAIT, "failed", || async {
-        w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed")
-    })
-    .await;
+    let dlv = eventually(WAIT, "failed", || async { w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed") }).await;
     assert_eq!(dlv.attempt_count, 4);
     let (status, _) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{}:retry", dlv.id), None).await;
     assert_eq!(status, 202);

@@ -81,10 +81,7 @@ async fn failures_are_retried_with_the_same_id_and_valid_signatures() {
     }
     let attempts = w.attempts(&endpoint).await;
     let statuses: Vec<_> = attempts.iter().map(|a| (a.attempt_number, a.response_status, a.error_class.clone())).collect();
-    assert_eq!(
-        statuses,
-        vec![(1, Some(500), Some("http".into())), (2, Some(500), Some("http".into())), (3, Some(200), None)]
-    );
+    assert_eq!(statuses, vec![(1, Some(500), Some("http".into())), (2, Some(500), Some("http".into())), (3, Some(200), None)]);
     assert!(attempts[0].next_attempt_at.unwrap() > attempts[0].started_at);
     assert!(attempts[2].next_attempt_at.is_none());
     assert_eq!(w.deliveries(&endpoint).await[0].attempt_count, 3);
@@ -153,10 +150,9 @@ async fn a_hanging_endpoint_times_out_without_delaying_another() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_not_followed() {
     let w = World::new(&[]).await;
-    let rx = Receiver::start(Arc::new(|_, _| {
-        Reply::Status(302, vec![("location", "http://169.254.169.254/latest/meta-data/".to_owned())])
-    }))
-    .await;
+    let rx =
+        Receiver::start(Arc::new(|_, _| Reply::Status(302, vec![("location", "http://169.254.169.254/latest/meta-data/".to_owned())])))
+            .await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let seen: Arc<Mutex<Vec<SocketAddr>>> = Arc::default();
     let seen2 = seen.clone();
@@ -210,7 +206,8 @@ async fn gone_disables_the_endpoint_and_tells_the_others() {
     assert_eq!(body["data"]["endpoint_id"], gone_ep.as_str());
     assert_eq!(body["id"], notice.id());
     let mut conn = w.conn().await;
-    let stored: Vec<String> = events::table.filter(events::resource_id.eq(gone_ep.as_str())).select(events::event_type).load(&mut conn).await.unwrap();
+    let stored: Vec<String> =
+        events::table.filter(events::resource_id.eq(gone_ep.as_str())).select(events::event_type).load(&mut conn).await.unwrap();
     assert_eq!(stored, vec!["webhook_endpoint.disabled"]);
     assert!(other.counts().contains_key(first.as_str()), "the other endpoint got the original event too");
 
@@ -241,7 +238,7 @@ async fn retry_after_is_honoured() {
     let d = w.start(no_dns());
     w.publish().await;
     eventually(WAIT, "succeeded", || async {
-        w.deliveries(&endpoint).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+        w.deliveries(&endpoint).await.as_slice().first().is_some_and(|d| d.status == "succeeded").then_some(())
     })
     .await;
     let got = rx.received();
@@ -324,7 +321,7 @@ async fn event_type_filters_are_applied() {
     let d = w.start(no_dns());
     w.publish().await; // video.ready
     eventually(WAIT, "delivered to the unfiltered endpoint", || async {
-        w.deliveries(&all).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+        w.deliveries(&all).await.as_slice().first().is_some_and(|d| d.status == "succeeded").then_some(())
     })
     .await;
     assert!(w.deliveries(&only_failed).await.is_empty());
@@ -362,7 +359,11 @@ async fn dns_rebinding_is_refused_without_connecting() {
     assert_eq!(attempts[0].response_status, None);
     assert!(attempts[0].error_detail.as_deref().unwrap().contains("127.0.0.1"), "{:?}", attempts[0].error_detail);
     assert!(seen.lock().unwrap().is_empty(), "no connection to any address: {:?}", seen.lock().unwrap());
-    assert_eq!(std::sync::atomic::AtomicUsize::load(&rx.connections, std::sync::atomic::Ordering::SeqCst), 0, "the receiver saw no connection");
+    assert_eq!(
+        std::sync::atomic::AtomicUsize::load(&rx.connections, std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the receiver saw no connection"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,7 +415,7 @@ async fn redelivered_messages_create_no_duplicates() {
     assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 0);
     let d = w.start(no_dns());
     eventually(WAIT, "succeeded", || async {
-        w.deliveries(&endpoint).await.iter().next().is_some_and(|d| d.status == "succeeded").then_some(())
+        w.deliveries(&endpoint).await.as_slice().first().is_some_and(|d| d.status == "succeeded").then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -436,10 +437,8 @@ async fn consecutive_failed_deliveries_disable_the_endpoint() {
     w.endpoint(&other.url()).await;
     let d = w.start(no_dns());
     w.publish().await;
-    eventually(WAIT, "first delivery failed", || async {
-        w.deliveries(&bad_ep).await.iter().any(|d| d.status == "failed").then_some(())
-    })
-    .await;
+    eventually(WAIT, "first delivery failed", || async { w.deliveries(&bad_ep).await.iter().any(|d| d.status == "failed").then_some(()) })
+        .await;
     assert_eq!(w.endpoint_state(&bad_ep).await.0, "enabled", "one failed delivery is below the threshold");
     w.publish().await;
     let (_, reason, _) = eventually(WAIT, "disabled", || async {

@@ -65,7 +65,14 @@ impl Stack {
         for (k, v) in extra_env {
             env.push(((*k).into(), (*v).into()));
         }
-        let mut stack = Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir };
+        let mut stack = Stack {
+            api_url: format!("http://127.0.0.1:{port}"),
+            api_key: String::new(),
+            database_url,
+            env,
+            children: HashMap::new(),
+            log_dir,
+        };
         stack.api_key = stack.create_tenant("e2e");
         for name in ["api", "transcoder", "webhook-dispatcher"] {
             stack.spawn(name);
@@ -173,11 +180,8 @@ impl Receiver {
                     let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
                         let (rec, st) = (rec.clone(), st.clone());
                         async move {
-                            let headers = req
-                                .headers()
-                                .iter()
-                                .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-                                .collect();
+                            let headers =
+                                req.headers().iter().map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned())).collect();
                             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                             rec.lock().unwrap().push(Received { headers, body });
                             let code = *st.lock().unwrap();
@@ -366,7 +370,14 @@ impl Stack {
         for (k, v) in extra_env {
             env.push(((*k).into(), (*v).into()));
         }
-        let mut stack = Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir };
+        let mut stack = Stack {
+            api_url: format!("http://127.0.0.1:{port}"),
+            api_key: String::new(),
+            database_url,
+            env,
+            children: HashMap::new(),
+            log_dir,
+        };
         // With `VID__TELEMETRY__*` raised in `extra_env`, log lines precede the key on stdout.
         let out = stack.create_tenant("chaos");
         stack.api_key = out.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use vid_client::upload::Uploader;
 use vid_client::{Client, ClientError};
+use vid_core::endpoint::CreateEndpoint;
 use vid_core::event::{EventData, EventType};
 use vid_core::operation::{Operation, OperationStatus, Phase};
 use vid_core::video::{Video, VideoStatus};
 use vid_core::OperationId;
-use vid_core::endpoint::CreateEndpoint;
 use vid_e2e::{ffmpeg, ffprobe, list_keys, make_video, temp_dir, Receiver, Stack};
 
 /// How long any one operation may take before a test gives up (not an assertion on speed).
@@ -231,7 +231,19 @@ async fn generated_clips_end_as_they_should() {
     let full = std::fs::read(p("full.mp4")).unwrap();
     std::fs::write(p("cut.mp4"), &full[..full.len() * 6 / 10]).unwrap();
     std::fs::write(p("empty.mp4"), b"").unwrap();
-    ffmpeg(&["-f", "lavfi", "-i", "testsrc=size=320x240:rate=25", "-frames:v", "1", "-c:v", "libx264", "-pix_fmt", "yuv420p", p("one.mp4").to_str().unwrap()]);
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc=size=320x240:rate=25",
+        "-frames:v",
+        "1",
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        p("one.mp4").to_str().unwrap(),
+    ]);
 
     let stack = Stack::start(&[("VID__TRANSCODER__CONCURRENCY", "2")]).await;
     let client = stack.client();
@@ -264,32 +276,40 @@ async fn generated_clips_end_as_they_should() {
         done.push((*name, wait_terminal(&stack, &client, &op.id).await));
     }
     let get = |n: &str| done.iter().find(|(name, _)| *name == n).map(|(_, op)| op.clone()).unwrap();
-    let summary: Vec<String> =
-        done.iter().map(|(n, op)| format!("{n}: {} {}", op.status.as_str(), op.error.as_ref().map(|e| e.code.as_str()).unwrap_or("-"))).collect();
+    let summary: Vec<String> = done
+        .iter()
+        .map(|(n, op)| format!("{n}: {} {}", op.status.as_str(), op.error.as_ref().map(|e| e.code.as_str()).unwrap_or("-")))
+        .collect();
     eprintln!("outcomes: {summary:#?}");
 
     // Successes.
     let odd = get("odd");
-    check_success(&stack, &client, &odd, &dir, "odd", &Expect {
-        renditions: vec![("480p", 640, 480), ("360p", 480, 360)],
-        audio: true,
-        coded: (641, 481),
-        rotation_nonzero: false,
-    })
+    check_success(
+        &stack,
+        &client,
+        &odd,
+        &dir,
+        "odd",
+        &Expect { renditions: vec![("480p", 640, 480), ("360p", 480, 360)], audio: true, coded: (641, 481), rotation_nonzero: false },
+    )
     .await;
-    check_success(&stack, &client, &get("rotated"), &dir, "rotated", &Expect {
-        renditions: vec![("360p", 360, 640)],
-        audio: true,
-        coded: (640, 360),
-        rotation_nonzero: true,
-    })
+    check_success(
+        &stack,
+        &client,
+        &get("rotated"),
+        &dir,
+        "rotated",
+        &Expect { renditions: vec![("360p", 360, 640)], audio: true, coded: (640, 360), rotation_nonzero: true },
+    )
     .await;
-    check_success(&stack, &client, &get("silent"), &dir, "silent", &Expect {
-        renditions: vec![("240p", 320, 240)],
-        audio: false,
-        coded: (320, 240),
-        rotation_nonzero: false,
-    })
+    check_success(
+        &stack,
+        &client,
+        &get("silent"),
+        &dir,
+        "silent",
+        &Expect { renditions: vec![("240p", 320, 240)], audio: false, coded: (320, 240), rotation_nonzero: false },
+    )
     .await;
 
     // Failures, each with its own code.
@@ -368,18 +388,22 @@ async fn progress_never_decreases_and_stays_below_100_until_terminal() {
             assert_eq!(s.1, 0, "{s:?}");
         }
     }
-    assert!(
-        seen.iter().any(|s| s.0 == OperationStatus::Running && s.1 > 0 && s.1 < 100),
-        "progress never moved while running: {seen:?}"
-    );
+    assert!(seen.iter().any(|s| s.0 == OperationStatus::Running && s.1 > 0 && s.1 < 100), "progress never moved while running: {seen:?}");
     assert!(seen.iter().any(|s| s.2 == Some(Phase::Transcoding)), "phase transcoding never shown: {seen:?}");
 
-    let video = check_success(&stack, &client, &last, &dir, "hd", &Expect {
-        renditions: vec![("1080p", 1920, 1080), ("720p", 1280, 720), ("480p", 854, 480), ("360p", 640, 360)],
-        audio: true,
-        coded: (1920, 1080),
-        rotation_nonzero: false,
-    })
+    let video = check_success(
+        &stack,
+        &client,
+        &last,
+        &dir,
+        "hd",
+        &Expect {
+            renditions: vec![("1080p", 1920, 1080), ("720p", 1280, 720), ("480p", 854, 480), ("360p", 640, 360)],
+            audio: true,
+            coded: (1920, 1080),
+            rotation_nonzero: false,
+        },
+    )
     .await;
     assert_eq!(video.version, 3);
     let _ = std::fs::remove_dir_all(&dir);
@@ -420,7 +444,11 @@ async fn cancel_while_pending_is_final_and_produces_nothing() {
             serde_json::from_slice::<serde_json::Value>(&r.body).map(|b| b["type"] == "video.cancelled").unwrap_or(false)
         })
         .await;
-    assert!(hook.is_some(), "no video.cancelled webhook while the transcoder is down (outbox stuck?); logs in {}", stack.log_dir().display());
+    assert!(
+        hook.is_some(),
+        "no video.cancelled webhook while the transcoder is down (outbox stuck?); logs in {}",
+        stack.log_dir().display()
+    );
 
     // The transcoder comes back and finds the job still queued.
     stack.spawn("transcoder");
@@ -598,7 +626,12 @@ async fn pipeline_overhead() {
     let client = stack.client();
     let receiver = Receiver::start(200).await;
     client
-        .create_endpoint(&CreateEndpoint { url: receiver.url(), description: None, event_types: Some(vec![EventType::VideoReady]), signature_format: None })
+        .create_endpoint(&CreateEndpoint {
+            url: receiver.url(),
+            description: None,
+            event_types: Some(vec![EventType::VideoReady]),
+            signature_format: None,
+        })
         .await
         .expect("endpoint registers");
 
@@ -662,7 +695,11 @@ async fn pipeline_overhead() {
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let m = v.len() / 2;
-        if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+        if v.len() % 2 == 1 {
+            v[m]
+        } else {
+            (v[m - 1] + v[m]) / 2.0
+        }
     };
     println!("pipeline overhead over {n} uploads (binaries in {}):", vid_e2e::bin_dir().display());
     println!("  median webhook received − Succeeded emitted: {:.1} ms   (goal < 300 ms)", median(&mut after_succeeded));

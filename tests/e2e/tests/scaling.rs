@@ -185,8 +185,13 @@ async fn two_replicas_of_each_service_give_the_same_results_as_one() {
     let mut relayed = 0.0;
     for api in &apis {
         let page = get_text(&format!("{api}/metrics")).await;
-        completes.push(metric_value(&page, "http_requests_total", &[("method", "POST"), ("route", "/uploads/{id}/complete"), ("status", "202")]));
-        reports_acked += metric_value(&page, "amqp_messages_consumed_total", &[("queue", &format!("{prefix}.transcode.reports")), ("outcome", "ack")]);
+        completes.push(metric_value(
+            &page,
+            "http_requests_total",
+            &[("method", "POST"), ("route", "/uploads/{id}/complete"), ("status", "202")],
+        ));
+        reports_acked +=
+            metric_value(&page, "amqp_messages_consumed_total", &[("queue", &format!("{prefix}.transcode.reports")), ("outcome", "ack")]);
         relayed += metric_value(&page, "outbox_messages_published_total", &[]);
         assert!(metric_value(&page, "http_request_duration_seconds_count", &[("method", "POST"), ("route", "/uploads")]) >= 1.0, "{page}");
         assert!(!page.contains("route=\"/uploads/upl_"), "raw paths must not become labels:\n{page}");
@@ -199,7 +204,8 @@ async fn two_replicas_of_each_service_give_the_same_results_as_one() {
     for t in [stack.transcoder_health_url(), transcoder2.clone()] {
         let page = get_text(&format!("{t}/metrics")).await;
         let jobs = metric_value(&page, "transcode_jobs_total", &[("outcome", "succeeded")]);
-        let acked = metric_value(&page, "amqp_messages_consumed_total", &[("queue", &format!("{prefix}.transcode.jobs")), ("outcome", "ack")]);
+        let acked =
+            metric_value(&page, "amqp_messages_consumed_total", &[("queue", &format!("{prefix}.transcode.jobs")), ("outcome", "ack")]);
         assert_eq!(jobs, acked, "each finished job acked once:\n{page}");
         assert!(page.contains("vid_transcoder_scans_total{outcome=\"clean\"}"), "the scan counters stay on the page:\n{page}");
         if jobs > 0.0 {

@@ -34,10 +34,7 @@ fn vidctl_path() -> PathBuf {
 /// `vidctl` pointed at the stack, with its own cache directory (upload state files).
 fn vidctl(stack: &Stack, cache: &Path) -> Command {
     let mut cmd = Command::new(vidctl_path());
-    cmd.env("VIDCTL_API_URL", &stack.api_url)
-        .env("VIDCTL_API_KEY", &stack.api_key)
-        .env("XDG_CACHE_HOME", cache)
-        .stdin(Stdio::null());
+    cmd.env("VIDCTL_API_URL", &stack.api_url).env("VIDCTL_API_KEY", &stack.api_key).env("XDG_CACHE_HOME", cache).stdin(Stdio::null());
     cmd
 }
 
@@ -391,7 +388,16 @@ async fn endpoints_events_and_verify_from_the_shell() {
     let stack = Stack::start(&[]).await;
     let dir = temp_dir();
     let receiver = Receiver::start(200).await;
-    let out = run(vidctl(&stack, &dir).args(["--json", "endpoints", "create", &receiver.url(), "--event-type", "video.ready", "--description", "e2e"]));
+    let out = run(vidctl(&stack, &dir).args([
+        "--json",
+        "endpoints",
+        "create",
+        &receiver.url(),
+        "--event-type",
+        "video.ready",
+        "--description",
+        "e2e",
+    ]));
     assert!(out.status.success());
     let created = stdout_json(&out);
     let (ep, secret) = (created["id"].as_str().unwrap().to_owned(), created["secret"].as_str().unwrap().to_owned());

@@ -493,12 +493,8 @@ fn print_renditions(v: &Video, urls: bool) {
         .renditions
         .iter()
         .map(|r| {
-            let mut row = vec![
-                r.name.clone(),
-                format!("{}x{}", r.width, r.height),
-                format!("{} kb/s", r.bitrate / 1000),
-                human_bytes(r.size_bytes),
-            ];
+            let mut row =
+                vec![r.name.clone(), format!("{}x{}", r.width, r.height), format!("{} kb/s", r.bitrate / 1000), human_bytes(r.size_bytes)];
             if urls {
                 row.push(r.url.clone().unwrap_or_else(|| r.storage_key.clone()));
             }
@@ -585,7 +581,15 @@ fn delivery_row(d: &Value) -> Vec<String> {
         },
         None => "-".into(),
     };
-    vec![vstr(d, "id"), vstr(d, "event_id"), vstr(d, "event_type"), vstr(d, "status"), vstr(d, "attempt_count"), outcome, vstr(d, "next_attempt_at")]
+    vec![
+        vstr(d, "id"),
+        vstr(d, "event_id"),
+        vstr(d, "event_type"),
+        vstr(d, "status"),
+        vstr(d, "attempt_count"),
+        outcome,
+        vstr(d, "next_attempt_at"),
+    ]
 }
 
 async fn all_pages<T, F, Fut>(page: &PageArgs, mut fetch: F) -> Result<Page<T>, ClientError>
@@ -833,7 +837,9 @@ fn verify(secrets: &[String], header: &[String], body_file: &Path, tolerance: u6
     match verifier.verify_now(secrets.iter(), &headers, &body) {
         Ok(v) => {
             if json_out {
-                print_json(&json!({ "valid": true, "scheme": v.scheme.as_str(), "timestamp": v.timestamp, "message_id": v.message_id, "secret_index": v.secret_index }));
+                print_json(
+                    &json!({ "valid": true, "scheme": v.scheme.as_str(), "timestamp": v.timestamp, "message_id": v.message_id, "secret_index": v.secret_index }),
+                );
             } else {
                 println!(
                     "valid signature: {} format, signed {} ({}), id {}, secret #{}",
@@ -873,7 +879,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Operations(cmd) => match cmd {
             OperationCmd::Get { id } => {
                 let op = client.get_operation(&id).await?;
-                if json_out { print_json(&op) } else { print_operation(&op) }
+                if json_out {
+                    print_json(&op)
+                } else {
+                    print_operation(&op)
+                }
             }
             OperationCmd::List { status, page } => {
                 let p = all_pages(&page, |c| {
@@ -891,7 +901,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             OperationCmd::Wait { id, timeout } => {
                 let op = follow(&client, &id, Duration::from_secs(timeout), bars).await?;
-                if json_out { print_json(&op) } else { print_operation(&op) }
+                if json_out {
+                    print_json(&op)
+                } else {
+                    print_operation(&op)
+                }
                 finish_operation(&op)?;
             }
             OperationCmd::Cancel { id } => {
@@ -906,7 +920,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Videos(cmd) => match cmd {
             VideoCmd::Get { id } => {
                 let v = client.get_video(&id).await?;
-                if json_out { print_json(&v) } else { print_video(&v) }
+                if json_out {
+                    print_json(&v)
+                } else {
+                    print_video(&v)
+                }
             }
             VideoCmd::List { page } => {
                 let p = all_pages(&page, |c| {
@@ -939,7 +957,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Uploads(cmd) => match cmd {
             UploadCmd::Get { id } => {
                 let u = client.get_upload(&id).await?;
-                if json_out { print_json(&u) } else { print_upload(&u) }
+                if json_out {
+                    print_json(&u)
+                } else {
+                    print_upload(&u)
+                }
             }
             UploadCmd::Abort { id } => {
                 client.abort_upload(&id).await?;
@@ -957,7 +979,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 if json_out {
                     print_json(&e);
                 } else {
-                    fields(&[("event", e.id.to_string()), ("type", e.type_.as_str().into()), ("created", unix_time(e.created)), ("subject", event_subject(&e))]);
+                    fields(&[
+                        ("event", e.id.to_string()),
+                        ("type", e.type_.as_str().into()),
+                        ("created", unix_time(e.created)),
+                        ("subject", event_subject(&e)),
+                    ]);
                     println!("\n{}", serde_json::to_string_pretty(&e).expect("serialises"));
                 }
             }
@@ -971,8 +998,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 if json_out {
                     print_json(&json!({ "data": p.data, "next_cursor": p.next_cursor }));
                 } else {
-                    let rows: Vec<Vec<String>> =
-                        p.data.iter().map(|e| vec![e.id.to_string(), e.type_.as_str().into(), unix_time(e.created), event_subject(e)]).collect();
+                    let rows: Vec<Vec<String>> = p
+                        .data
+                        .iter()
+                        .map(|e| vec![e.id.to_string(), e.type_.as_str().into(), unix_time(e.created), event_subject(e)])
+                        .collect();
                     table(&["EVENT", "TYPE", "CREATED", "SUBJECT"], &rows);
                     print_page_end(&p.next_cursor);
                 }
@@ -1017,7 +1047,11 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
         }
         EndpointCmd::Get { id } => {
             let e = client.get_endpoint(&id).await?;
-            if json_out { print_json(&e) } else { print_endpoint(&e) }
+            if json_out {
+                print_json(&e)
+            } else {
+                print_endpoint(&e)
+            }
         }
         EndpointCmd::Update { id, url, description, event_types, signature_format } => {
             anyhow::ensure!(
@@ -1031,7 +1065,11 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
                 signature_format,
             };
             let e = client.update_endpoint(&id, &changes).await?;
-            if json_out { print_json(&e) } else { print_endpoint(&e) }
+            if json_out {
+                print_json(&e)
+            } else {
+                print_endpoint(&e)
+            }
         }
         EndpointCmd::Delete { id } => {
             client.delete_endpoint(&id).await?;
@@ -1056,7 +1094,11 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
         }
         EndpointCmd::Enable { id } => {
             let e = client.enable_endpoint(&id).await?;
-            if json_out { print_json(&e) } else { print_endpoint(&e) }
+            if json_out {
+                print_json(&e)
+            } else {
+                print_endpoint(&e)
+            }
         }
         EndpointCmd::Deliveries { id, status, event_type, limit, cursor } => {
             let filter = DeliveryFilter { status: status.as_deref(), event_type: event_type.as_deref(), limit, cursor: cursor.as_deref() };

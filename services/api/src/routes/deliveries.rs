@@ -54,8 +54,7 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
 }
 
 /// `200` answer to `:rotate-secret`.
-#[derive(Debug, Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RotatedSecret {
     /// The endpoint.
     pub id: EndpointId,
@@ -209,8 +208,7 @@ struct AttemptRow {
 }
 
 /// One HTTP try, as the delivery log shows it.
-#[derive(Debug, Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptView {
     /// 1-based.
     pub attempt_number: i32,
@@ -231,8 +229,7 @@ pub struct AttemptView {
 }
 
 /// One event to one endpoint, with its attempts.
-#[derive(Debug, Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeliveryView {
     /// `dlv_…`
     pub id: DeliveryId,

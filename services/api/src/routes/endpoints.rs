@@ -102,10 +102,7 @@ async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::
     let url = check_url(&state, &req.url).await?;
     let id = EndpointId::generate();
     let secret = Secret::generate();
-    let sealed = state
-        .sealing_key
-        .seal(id.as_str(), secret.as_str().as_bytes())
-        .map_err(|e| ApiError::Internal(e.into()))?;
+    let sealed = state.sealing_key.seal(id.as_str(), secret.as_str().as_bytes()).map_err(|e| ApiError::Internal(e.into()))?;
     let format = req.signature_format.unwrap_or_default();
     let event_types: Option<Vec<String>> = req.event_types.map(|ts| ts.iter().map(|t| t.as_str().to_owned()).collect());
     let mut conn = state.db.get().await?;
@@ -166,8 +163,7 @@ pub const HEALTH_WINDOW: i64 = 100;
 ///
 /// Read from the dispatcher's `webhook_deliveries` and `webhook_attempts`
 /// (through their `(endpoint_id, id)` and `(delivery_id, attempt_number)` indexes).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct EndpointHealth {
     /// How many of the latest 100 deliveries have had at least one attempt.
     pub recent_deliveries: i64,
@@ -186,8 +182,7 @@ pub struct EndpointHealth {
 }
 
 /// An endpoint with its delivery health, as `GET /webhook-endpoints` lists it.
-#[derive(Debug, Clone, Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EndpointSummary {
     /// The endpoint's fields.
     #[serde(flatten)]
@@ -287,8 +282,7 @@ async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult
 }
 
 /// `PATCH /webhook-endpoints/{id}` body: any subset of the fields.
-#[derive(Debug, serde::Deserialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
     /// New URL (checked like at creation).

@@ -11,9 +11,7 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz))
-        .route("/metrics", web::get().to(metrics));
+    cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz)).route("/metrics", web::get().to(metrics));
 }
 
 /// Liveness: the process answers. Cheap; touches no dependency.
@@ -39,10 +37,7 @@ async fn healthz() -> HttpResponse {
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let db_ok = match state.db.get().await {
-        Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1"))
-            .get_result::<i32>(&mut conn)
-            .await
-            .is_ok(),
+        Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
         Err(_) => false,
     };
     let storage_ok = state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok();

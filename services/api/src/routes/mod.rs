@@ -55,8 +55,7 @@ impl PageQuery {
 }
 
 /// A page of a list endpoint: `{data: [...], next_cursor}`.
-#[derive(Debug, serde::Serialize)]
-#[derive(utoipa::ToSchema)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Page<T> {
     /// Items, newest first.
     pub data: Vec<T>,

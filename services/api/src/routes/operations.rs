@@ -121,8 +121,8 @@ async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web:
     let limit = query.limit();
     let mut q = operations::table.filter(operations::tenant_id.eq(&tenant.id)).into_boxed();
     if let Some(status) = &query.status {
-        let status = OperationStatus::parse(status)
-            .ok_or_else(|| ApiError::bad_request("invalid_status", format!("unknown status `{status}`")))?;
+        let status =
+            OperationStatus::parse(status).ok_or_else(|| ApiError::bad_request("invalid_status", format!("unknown status `{status}`")))?;
         q = q.filter(operations::status.eq(status.as_str()));
     }
     if let Some(cursor) = &query.cursor {
@@ -130,8 +130,7 @@ async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web:
         q = q.filter(operations::id.lt(cursor));
     }
     let mut conn = state.db.get().await?;
-    let rows: Vec<OperationRow> =
-        q.order(operations::id.desc()).limit(limit + 1).select(OperationRow::as_select()).load(&mut conn).await?;
+    let rows: Vec<OperationRow> = q.order(operations::id.desc()).limit(limit + 1).select(OperationRow::as_select()).load(&mut conn).await?;
     Ok(HttpResponse::Ok().json(page(rows, limit, |r| r.id.to_string(), OperationRow::into_operation)))
 }
 
@@ -231,11 +230,7 @@ async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web:
 }
 
 /// Sets a video's status and increments its version; returns the new version.
-pub async fn bump_video(
-    conn: &mut diesel_async::AsyncPgConnection,
-    video_id: &VideoId,
-    status: VideoStatus,
-) -> diesel::QueryResult<i64> {
+pub async fn bump_video(conn: &mut diesel_async::AsyncPgConnection, video_id: &VideoId, status: VideoStatus) -> diesel::QueryResult<i64> {
     diesel::update(videos::table.filter(videos::id.eq(video_id)))
         .set((videos::status.eq(status.as_str()), videos::version.eq(videos::version + 1), videos::updated_at.eq(Utc::now())))
         .returning(videos::version)
@@ -245,15 +240,11 @@ pub async fn bump_video(
 
 /// The `429 too_many_watchers` answer, with `Retry-After`.
 fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> HttpResponse {
-    let problem = Problem::new(429, "too_many_watchers", "Too many watchers").with_detail(format!(
-        "this API key's tenant already has {} open waits and event streams; close one or retry later",
-        busy.max
-    ));
+    let problem = Problem::new(429, "too_many_watchers", "Too many watchers")
+        .with_detail(format!("this API key's tenant already has {} open waits and event streams; close one or retry later", busy.max));
     let mut resp = crate::error::problem_response(problem);
-    resp.headers_mut().insert(
-        actix_web::http::header::RETRY_AFTER,
-        actix_web::http::header::HeaderValue::from_static(WATCH_RETRY_AFTER_SECONDS),
-    );
+    resp.headers_mut()
+        .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static(WATCH_RETRY_AFTER_SECONDS));
     resp
 }
 
@@ -303,12 +294,7 @@ async fn watch_operation(
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn wait_operation(
-    state: web::Data<AppState>,
-    tenant: Tenant,
-    path: web::Path<String>,
-    body: web::Bytes,
-) -> ApiResult<HttpResponse> {
+async fn wait_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>, body: web::Bytes) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
     let id: OperationId = parse_id(&path)?;
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
@@ -388,8 +374,7 @@ async fn operation_events(
     req: actix_web::HttpRequest,
 ) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
-    let last_seen: Option<i64> =
-        req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    let last_seen: Option<i64> = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
     let (watch, current) = match watch_operation(&state, &tenant, &id).await? {
         Ok(watching) => watching,
         Err(too_many) => return Ok(too_many),

@@ -9,9 +9,7 @@ use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
 use vid_core::messages::TranscodeJob;
 use vid_core::operation::OperationStatus;
-use vid_core::upload::{
-    CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, StoredPart, UploadState, UploadStatus,
-};
+use vid_core::upload::{CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, StoredPart, UploadState, UploadStatus};
 use vid_core::video::VideoStatus;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
 use vid_db::schema::{operations, uploads, videos};
@@ -191,7 +189,14 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         parts.push(storage::presign_part(state, &key, &s3_upload_id, n, length, offset, ttl).await?);
     }
     let url_expiry = parts.iter().map(|p| p.expires_at).min().unwrap_or_else(Utc::now);
-    let created = CreatedUpload { id: id.clone(), status: UploadStatus::Created, size_bytes: req.size_bytes, part_size, parts, expires_at: url_expiry };
+    let created = CreatedUpload {
+        id: id.clone(),
+        status: UploadStatus::Created,
+        size_bytes: req.size_bytes,
+        part_size,
+        parts,
+        expires_at: url_expiry,
+    };
     Ok(HttpResponse::Created().insert_header(("Location", format!("/uploads/{id}"))).json(created))
 }
 
@@ -268,7 +273,12 @@ fn refuse_if_closed(row: &UploadRow) -> ApiResult<()> {
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn sign_parts(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>, body: web::Json<SignParts>) -> ApiResult<HttpResponse> {
+async fn sign_parts(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    body: web::Json<SignParts>,
+) -> ApiResult<HttpResponse> {
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
     refuse_if_closed(&row)?;
@@ -403,12 +413,7 @@ async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, b
                 extensions: vec![("declared_size", row.size_bytes.into()), ("stored_size", size.into())],
             })
         }
-        None => {
-            return Err(ApiError::conflict(
-                "upload_expired",
-                "storage no longer holds this upload's parts; start a new upload",
-            ))
-        }
+        None => return Err(ApiError::conflict("upload_expired", "storage no longer holds this upload's parts; start a new upload")),
     }
 
     let op_id = finalize(state, tenant, &row).await?;
@@ -431,9 +436,8 @@ fn check_parts(row: &UploadRow, stored: &[StoredPart], given: Option<Vec<vid_cor
         .filter(|p| p.part_number >= 1 && p.part_number <= count)
         .filter_map(|p| {
             let (_, expected) = row.part_range(p.part_number);
-            (p.size_bytes != expected).then(|| {
-                serde_json::json!({"part_number": p.part_number, "expected_size": expected, "stored_size": p.size_bytes})
-            })
+            (p.size_bytes != expected)
+                .then(|| serde_json::json!({"part_number": p.part_number, "expected_size": expected, "stored_size": p.size_bytes}))
         })
         .collect();
     if !wrong.is_empty() {
@@ -516,11 +520,7 @@ async fn finalize(state: &AppState, tenant: &Tenant, row: &UploadRow) -> ApiResu
                     .execute(conn)
                     .await?;
                 diesel::update(uploads::table.filter(uploads::id.eq(&row.id)))
-                    .set((
-                        uploads::video_id.eq(&video_id),
-                        uploads::operation_id.eq(&op_id),
-                        uploads::updated_at.eq(now),
-                    ))
+                    .set((uploads::video_id.eq(&video_id), uploads::operation_id.eq(&op_id), uploads::updated_at.eq(now)))
                     .execute(conn)
                     .await?;
                 let job = TranscodeJob {

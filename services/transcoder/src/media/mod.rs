@@ -98,6 +98,11 @@ pub fn run(job: &MediaJob, events: &mut dyn FnMut(MediaEvent)) -> Result<MediaOu
 }
 
 /// Convenience for tests and tools: [`run`] with no event sink.
-pub fn run_quiet(input: &Path, out_dir: &Path, limits: Limits, ladder: &[u32]) -> Result<MediaOutcome, (MediaError, Option<SourceMetadata>)> {
+pub fn run_quiet(
+    input: &Path,
+    out_dir: &Path,
+    limits: Limits,
+    ladder: &[u32],
+) -> Result<MediaOutcome, (MediaError, Option<SourceMetadata>)> {
     run(&MediaJob { input: input.into(), out_dir: out_dir.into(), limits, ladder: ladder.to_vec() }, &mut |_| {})
 }

@@ -3,8 +3,8 @@
 use std::io::Read;
 use std::path::Path;
 
-use ffmpeg_next as ffmpeg;
 use ffmpeg::{codec, format, media};
+use ffmpeg_next as ffmpeg;
 use vid_core::video::SourceMetadata;
 use vid_core::Problem;
 
@@ -88,9 +88,8 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
     })?;
 
     super::init();
-    let ictx = format::input(&path).map_err(|e| {
-        problem(problems::CORRUPT_MEDIA, format!("the {family:?} container cannot be opened: {e}"))
-    })?;
+    let ictx =
+        format::input(&path).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the {family:?} container cannot be opened: {e}")))?;
     let container = ictx.format().name().to_owned();
     if !demuxer_matches(family, &container) {
         return Err(problem(
@@ -138,19 +137,16 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
     let fr = video.avg_frame_rate();
     let frame_rate = (fr.numerator() > 0 && fr.denominator() > 0).then(|| f64::from(fr)).filter(|f| f.is_finite());
 
-    let matrix = video
-        .side_data()
-        .find(|sd| sd.kind() == codec::packet::side_data::Type::DisplayMatrix)
-        .and_then(|sd| {
-            let d = sd.data();
-            (d.len() >= 36).then(|| {
-                let mut m = [0i32; 9];
-                for (i, v) in m.iter_mut().enumerate() {
-                    *v = i32::from_ne_bytes(d[i * 4..i * 4 + 4].try_into().unwrap());
-                }
-                m
-            })
-        });
+    let matrix = video.side_data().find(|sd| sd.kind() == codec::packet::side_data::Type::DisplayMatrix).and_then(|sd| {
+        let d = sd.data();
+        (d.len() >= 36).then(|| {
+            let mut m = [0i32; 9];
+            for (i, v) in m.iter_mut().enumerate() {
+                *v = i32::from_ne_bytes(d[i * 4..i * 4 + 4].try_into().unwrap());
+            }
+            m
+        })
+    });
     let (rotation, rotation_filter) = rotation_of(matrix.as_ref());
 
     let sar = vpar.sample_aspect_ratio;

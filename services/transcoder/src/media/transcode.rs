@@ -17,8 +17,8 @@
 
 use std::path::{Path, PathBuf};
 
-use ffmpeg_next as ffmpeg;
 use ffmpeg::{codec, encoder, filter, format, frame, Dictionary, Packet, Rational};
+use ffmpeg_next as ffmpeg;
 use serde::{Deserialize, Serialize};
 
 use super::ladder::Rung;
@@ -131,7 +131,11 @@ pub fn transcode(
     let mut vdec = vdec.video().map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the video decoder: {e}")))?;
     let sar = {
         let r = vdec.aspect_ratio();
-        if r.numerator() > 0 && r.denominator() > 0 { r } else { Rational(1, 1) }
+        if r.numerator() > 0 && r.denominator() > 0 {
+            r
+        } else {
+            Rational(1, 1)
+        }
     };
 
     let mut audio = match probe.audio_stream {
@@ -184,15 +188,25 @@ pub fn transcode(
                 decoded.set_pts(Some(pts));
                 frames += 1;
                 if graph.is_none() {
-                    graph = Some(build_video_graph(&decoded, v_tb, sar, &probe.rotation_filter, rungs).map_err(internal("video filter graph"))?);
+                    graph = Some(
+                        build_video_graph(&decoded, v_tb, sar, &probe.rotation_filter, rungs).map_err(internal("video filter graph"))?,
+                    );
                 }
                 let g = graph.as_mut().unwrap();
-                g.get("in").unwrap().source().add(&decoded).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the video changes format mid-stream: {e}")))?;
+                g.get("in")
+                    .unwrap()
+                    .source()
+                    .add(&decoded)
+                    .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the video changes format mid-stream: {e}")))?;
                 drain_sinks(g, &mut outputs, &mut filtered, v_tb, poster_at, &mut poster_frame, &mut poster_done)?;
 
                 let secs = (pts - v_start) as f64 * f64::from(v_tb);
                 if secs > limits.max_duration_seconds + 1.0 {
-                    return Err(problem(problems::DURATION_TOO_LONG, format!("the decoded video exceeds {} s", limits.max_duration_seconds)).into());
+                    return Err(problem(
+                        problems::DURATION_TOO_LONG,
+                        format!("the decoded video exceeds {} s", limits.max_duration_seconds),
+                    )
+                    .into());
                 }
                 let fraction = match duration {
                     Some(d) => secs / d,
@@ -213,12 +227,20 @@ pub fn transcode(
             Err(ffmpeg::Error::Eof) => break,
             Err(e) if is_again(&e) => continue,
             Err(e) => {
-                return Err(problem(problems::CORRUPT_MEDIA, format!("the source is truncated or damaged: read error after {frames} frames: {e}")).into());
+                return Err(problem(
+                    problems::CORRUPT_MEDIA,
+                    format!("the source is truncated or damaged: read error after {frames} frames: {e}"),
+                )
+                .into());
             }
         }
         if packet.is_corrupt() {
             // Only the MP4 and Matroska demuxers get here: a packet cut short means truncation.
-            return Err(problem(problems::CORRUPT_MEDIA, format!("the source is truncated: a packet of stream {} is incomplete", packet.stream())).into());
+            return Err(problem(
+                problems::CORRUPT_MEDIA,
+                format!("the source is truncated: a packet of stream {} is incomplete", packet.stream()),
+            )
+            .into());
         }
         if packet.stream() == probe.video_stream {
             packets += 1;
@@ -301,7 +323,11 @@ pub fn transcode(
 fn avio_pos(ictx: &format::context::Input) -> i64 {
     unsafe {
         let pb = (*ictx.as_ptr()).pb;
-        if pb.is_null() { 0 } else { ffmpeg::ffi::avio_seek(pb, 0, libc::SEEK_CUR).max(0) }
+        if pb.is_null() {
+            0
+        } else {
+            ffmpeg::ffi::avio_seek(pb, 0, libc::SEEK_CUR).max(0)
+        }
     }
 }
 
@@ -335,7 +361,13 @@ fn open_audio(ictx: &format::context::Input, index: usize) -> Result<Option<Audi
     Ok(Some(AudioPipe { stream: index, dec, enc, graph: None, rate, layout, next_pts: 0 }))
 }
 
-fn open_output(out_dir: &Path, rung: &Rung, v_tb: Rational, frame_rate: Rational, audio: Option<&encoder::Audio>) -> Result<Output, MediaError> {
+fn open_output(
+    out_dir: &Path,
+    rung: &Rung,
+    v_tb: Rational,
+    frame_rate: Rational,
+    audio: Option<&encoder::Audio>,
+) -> Result<Output, MediaError> {
     let path = out_dir.join(format!("{}.mp4", rung.name));
     let mut octx = format::output_as(&path, "mp4").map_err(internal("creating the MP4 muxer"))?;
     let x264 = encoder::find_by_name("libx264").ok_or_else(|| MediaError::Internal("no libx264 encoder in this FFmpeg".into()))?;
@@ -381,7 +413,13 @@ fn open_output(out_dir: &Path, rung: &Rung, v_tb: Rational, frame_rate: Rational
     Ok(Output { rung: rung.clone(), path, octx, enc, enc_tb: v_tb, v_ost, v_ost_tb, a_ost })
 }
 
-fn build_video_graph(first: &frame::Video, tb: Rational, sar: Rational, rotation: &str, rungs: &[Rung]) -> Result<filter::Graph, ffmpeg::Error> {
+fn build_video_graph(
+    first: &frame::Video,
+    tb: Rational,
+    sar: Rational,
+    rotation: &str,
+    rungs: &[Rung],
+) -> Result<filter::Graph, ffmpeg::Error> {
     let mut g = filter::Graph::new();
     let pix: ffmpeg::ffi::AVPixelFormat = first.format().into();
     let args = format!(
@@ -484,7 +522,10 @@ fn pump_audio(a: &mut AudioPipe, outputs: &mut [Output], eof: bool) -> Result<()
             Err(_) => continue,
         }
         if a.graph.is_none() {
-            a.graph = Some(build_audio_graph(&decoded, a.dec.time_base_or_default(), a.rate, a.layout, a.enc.frame_size()).map_err(internal("audio filter graph"))?);
+            a.graph = Some(
+                build_audio_graph(&decoded, a.dec.time_base_or_default(), a.rate, a.layout, a.enc.frame_size())
+                    .map_err(internal("audio filter graph"))?,
+            );
         }
         let ts = decoded.timestamp();
         decoded.set_pts(ts);
@@ -511,13 +552,24 @@ trait TimeBaseOrDefault {
 impl TimeBaseOrDefault for ffmpeg::decoder::Audio {
     fn time_base_or_default(&self) -> Rational {
         let tb = self.packet_time_base();
-        if tb.numerator() > 0 && tb.denominator() > 0 { tb } else { Rational(1, self.rate().max(1) as i32) }
+        if tb.numerator() > 0 && tb.denominator() > 0 {
+            tb
+        } else {
+            Rational(1, self.rate().max(1) as i32)
+        }
     }
 }
 
-fn build_audio_graph(first: &frame::Audio, tb: Rational, rate: u32, layout: ffmpeg::ChannelLayout, frame_size: u32) -> Result<filter::Graph, ffmpeg::Error> {
+fn build_audio_graph(
+    first: &frame::Audio,
+    tb: Rational,
+    rate: u32,
+    layout: ffmpeg::ChannelLayout,
+    frame_size: u32,
+) -> Result<filter::Graph, ffmpeg::Error> {
     let mut g = filter::Graph::new();
-    let in_layout = if first.channel_layout().bits() != 0 { first.channel_layout() } else { ffmpeg::ChannelLayout::default(first.channels() as i32) };
+    let in_layout =
+        if first.channel_layout().bits() != 0 { first.channel_layout() } else { ffmpeg::ChannelLayout::default(first.channels() as i32) };
     let args = format!(
         "time_base={}/{}:sample_rate={}:sample_fmt={}:channel_layout=0x{:x}",
         tb.numerator(),

@@ -36,7 +36,10 @@ pub fn validate(probe: &Probe, limits: &Limits) -> Result<(), Problem> {
     }
     if let Some(d) = s.duration_seconds {
         if d <= MIN_DURATION_SECONDS {
-            return Err(problem(problems::DURATION_TOO_SHORT, format!("the duration is {d:.3} s; more than {MIN_DURATION_SECONDS} s is required")));
+            return Err(problem(
+                problems::DURATION_TOO_SHORT,
+                format!("the duration is {d:.3} s; more than {MIN_DURATION_SECONDS} s is required"),
+            ));
         }
         if d > limits.max_duration_seconds {
             return Err(problem(

@@ -87,9 +87,23 @@ impl Clips {
     pub fn av(&self, name: &str, size: &str, secs: &str) -> PathBuf {
         let p = self.path(name);
         ffmpeg(&[
-            "-f", "lavfi", "-i", &format!("testsrc=size={size}:rate=25:duration={secs}"),
-            "-f", "lavfi", "-i", &format!("sine=frequency=440:duration={secs}"),
-            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest",
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("testsrc=size={size}:rate=25:duration={secs}"),
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("sine=frequency=440:duration={secs}"),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            "-c:a",
+            "aac",
+            "-shortest",
             p.to_str().unwrap(),
         ]);
         p
@@ -99,8 +113,16 @@ impl Clips {
     pub fn video_only(&self, name: &str, size: &str, secs: &str) -> PathBuf {
         let p = self.path(name);
         ffmpeg(&[
-            "-f", "lavfi", "-i", &format!("testsrc=size={size}:rate=25:duration={secs}"),
-            "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p",
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("testsrc=size={size}:rate=25:duration={secs}"),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
             p.to_str().unwrap(),
         ]);
         p

@@ -47,8 +47,12 @@ impl World {
     pub async fn new(overrides: &[(&str, &str)]) -> World {
         let db_url = vid_testkit::fresh_database().await;
         let prefix = vid_testkit::unique_prefix();
-        let mut all: Vec<(&str, &str)> =
-            vec![("database.url", &db_url), ("amqp.prefix", &prefix), ("dispatcher.health_listen", "127.0.0.1:0"), ("database.pool_size", "8")];
+        let mut all: Vec<(&str, &str)> = vec![
+            ("database.url", &db_url),
+            ("amqp.prefix", &prefix),
+            ("dispatcher.health_listen", "127.0.0.1:0"),
+            ("database.pool_size", "8"),
+        ];
         all.extend_from_slice(overrides);
         let settings: Settings = vid_testkit::settings(&all);
         let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
@@ -56,11 +60,7 @@ impl World {
         Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
         let tenant = TenantId::generate();
         let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
-        diesel::insert_into(tenants::table)
-            .values((tenants::id.eq(&tenant), tenants::name.eq("test")))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant), tenants::name.eq("test"))).execute(&mut conn).await.unwrap();
         World { db_url, prefix, settings, tenant, publisher, _amqp: amqp }
     }
 
@@ -108,10 +108,7 @@ impl World {
         };
         let payload = serde_json::to_string(&event).unwrap();
         let msg = EventPublished { tenant_id: self.tenant.clone(), event: event.clone(), payload: payload.clone() };
-        self.publisher
-            .publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(event.id.as_str()))
-            .await
-            .unwrap();
+        self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(event.id.as_str())).await.unwrap();
         (event.id, payload)
     }
 
@@ -146,23 +143,12 @@ impl World {
 
     pub async fn deliveries(&self, endpoint: &EndpointId) -> Vec<DeliveryRow> {
         let mut conn = self.conn().await;
-        dl::table
-            .filter(dl::endpoint_id.eq(endpoint))
-            .order(dl::id.asc())
-            .select(DeliveryRow::as_select())
-            .load(&mut conn)
-            .await
-            .unwrap()
+        dl::table.filter(dl::endpoint_id.eq(endpoint)).order(dl::id.asc()).select(DeliveryRow::as_select()).load(&mut conn).await.unwrap()
     }
 
     pub async fn endpoint_state(&self, endpoint: &EndpointId) -> (String, Option<String>, Option<DateTime<Utc>>) {
         let mut conn = self.conn().await;
-        ep::table
-            .filter(ep::id.eq(endpoint))
-            .select((ep::status, ep::disabled_reason, ep::disabled_at))
-            .first(&mut conn)
-            .await
-            .unwrap()
+        ep::table.filter(ep::id.eq(endpoint)).select((ep::status, ep::disabled_reason, ep::disabled_at)).first(&mut conn).await.unwrap()
     }
 }
 
@@ -409,7 +395,11 @@ impl Api {
         let text = String::from_utf8_lossy(&buf);
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-        let json = if body.trim().is_empty() { serde_json::Value::Null } else { serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned())) };
+        let json = if body.trim().is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_owned()))
+        };
         (status, json)
     }
 }

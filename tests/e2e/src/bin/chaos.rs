@@ -59,10 +59,7 @@ const RETRY_SCHEDULE: &[u64] = &[1, 2, 4, 8, 15, 30, 30, 30, 30, 30, 30, 30];
 const LEASE_MS: u64 = 35_000;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "chaos",
-    about = "The chaos run (issue 11); use scripts/chaos.sh, which prepares its private PostgreSQL and RabbitMQ"
-)]
+#[command(name = "chaos", about = "The chaos run (issue 11); use scripts/chaos.sh, which prepares its private PostgreSQL and RabbitMQ")]
 struct Args {
     /// Seed of the fault schedule (random when absent; always printed).
     #[arg(long)]
@@ -201,21 +198,12 @@ struct PlannedUpload {
 fn schedule(seed: u64, p: &Profile) -> Schedule {
     let mut rng = StdRng::seed_from_u64(seed);
     let load = p.load.as_secs_f64();
-    let mut uploads: Vec<PlannedUpload> = (0..p.uploads)
-        .map(|_| PlannedUpload {
-            at: Duration::from_secs_f64(rng.random_range(0.0..load * 0.8)),
-            after: None,
-        })
-        .collect();
+    let mut uploads: Vec<PlannedUpload> =
+        (0..p.uploads).map(|_| PlannedUpload { at: Duration::from_secs_f64(rng.random_range(0.0..load * 0.8)), after: None }).collect();
     // Point faults: a random order, one in each of five equal slots of [10 %, 95 %]
     // of the load window, at a random moment of its slot; so they never overlap.
-    let mut kinds = [
-        FaultKind::KillApi,
-        FaultKind::KillTranscoder,
-        FaultKind::KillDispatcher,
-        FaultKind::RestartRabbitmq,
-        FaultKind::RestartPostgres,
-    ];
+    let mut kinds =
+        [FaultKind::KillApi, FaultKind::KillTranscoder, FaultKind::KillDispatcher, FaultKind::RestartRabbitmq, FaultKind::RestartPostgres];
     kinds.shuffle(&mut rng);
     let (start, end) = (load * 0.10, load * 0.95);
     let slot = (end - start) / kinds.len() as f64;
@@ -227,16 +215,10 @@ fn schedule(seed: u64, p: &Profile) -> Schedule {
             // Kills: the service stays down this long. Restarts: the broker or
             // database stays stopped this long before it starts again.
             let length = match kind {
-                FaultKind::RestartPostgres | FaultKind::RestartRabbitmq => {
-                    Duration::from_secs_f64(rng.random_range(1.0..5.0))
-                }
+                FaultKind::RestartPostgres | FaultKind::RestartRabbitmq => Duration::from_secs_f64(rng.random_range(1.0..5.0)),
                 _ => Duration::from_secs_f64(rng.random_range(0.5..3.0)),
             };
-            Planned {
-                kind,
-                at: Duration::from_secs_f64(at),
-                length,
-            }
+            Planned { kind, at: Duration::from_secs_f64(at), length }
         })
         .collect();
     // Windows: anywhere in the load window, so they overlap the point faults at random.
@@ -244,16 +226,12 @@ fn schedule(seed: u64, p: &Profile) -> Schedule {
     let five = p.receiver_500.as_secs_f64();
     faults.push(Planned {
         kind: FaultKind::ReceiverDown,
-        at: Duration::from_secs_f64(
-            rng.random_range(load * 0.05..(load - down).max(load * 0.05 + 1.0)),
-        ),
+        at: Duration::from_secs_f64(rng.random_range(load * 0.05..(load - down).max(load * 0.05 + 1.0))),
         length: p.receiver_down,
     });
     faults.push(Planned {
         kind: FaultKind::Receiver500,
-        at: Duration::from_secs_f64(
-            rng.random_range(load * 0.05..(load - five).max(load * 0.05 + 1.0)),
-        ),
+        at: Duration::from_secs_f64(rng.random_range(load * 0.05..(load - five).max(load * 0.05 + 1.0))),
         length: p.receiver_500,
     });
     // Work in flight for the faults that need it, even in a small run: one upload
@@ -262,18 +240,10 @@ fn schedule(seed: u64, p: &Profile) -> Schedule {
     // and one 1–2 s after the start of each receiver window.
     let pins: Vec<PlannedUpload> = faults
         .iter()
-        .filter(|f| {
-            !matches!(
-                f.kind,
-                FaultKind::KillApi | FaultKind::RestartRabbitmq | FaultKind::RestartPostgres
-            )
-        })
+        .filter(|f| !matches!(f.kind, FaultKind::KillApi | FaultKind::RestartRabbitmq | FaultKind::RestartPostgres))
         .map(|f| {
             let delay = Duration::from_secs_f64(rng.random_range(0.5..2.0));
-            PlannedUpload {
-                at: f.at + delay,
-                after: Some((f.kind, delay)),
-            }
+            PlannedUpload { at: f.at + delay, after: Some((f.kind, delay)) }
         })
         .collect();
     for (k, pin) in pins.into_iter().enumerate() {
@@ -294,10 +264,7 @@ fn schedule(seed: u64, p: &Profile) -> Schedule {
 #[derive(Debug, Clone)]
 enum HitOutcome {
     /// Forwarded to the receiver, which answered `status`.
-    Forwarded {
-        status: u16,
-        already_processed: bool,
-    },
+    Forwarded { status: u16, already_processed: bool },
     /// Answered 500 by the proxy (the 500 window); the receiver never saw it.
     Injected500,
     /// The receiver could not be reached; answered 502.
@@ -338,17 +305,8 @@ impl Proxy {
     async fn start(name: &'static str, upstream: String) -> anyhow::Result<Proxy> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(10))
-            .build()?;
-        let proxy = Proxy {
-            name,
-            addr,
-            upstream,
-            state: Arc::default(),
-            http,
-            server: Arc::default(),
-        };
+        let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+        let proxy = Proxy { name, addr, upstream, state: Arc::default(), http, server: Arc::default() };
         proxy.serve(listener);
         Ok(proxy)
     }
@@ -375,17 +333,12 @@ impl Proxy {
                         // is still forwarded and recorded after its connection is gone.
                         async move {
                             let answer = tokio::spawn(async move { this.handle(req).await }).await;
-                            Ok::<_, hyper::Error>(answer.unwrap_or_else(|_| {
-                                Response::builder()
-                                    .status(500)
-                                    .body(Full::new(Bytes::new()))
-                                    .unwrap()
-                            }))
+                            Ok::<_, hyper::Error>(
+                                answer.unwrap_or_else(|_| Response::builder().status(500).body(Full::new(Bytes::new())).unwrap()),
+                            )
                         }
                     });
-                    let _ = http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
                 while conns.try_join_next().is_some() {}
             }
@@ -420,17 +373,8 @@ impl Proxy {
 
     async fn handle(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         let headers = req.headers().clone();
-        let event_id = headers
-            .get("webhook-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
-        let body = req
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
+        let event_id = headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let (fail, hold) = {
             let mut s = self.state.lock().unwrap();
             (s.fail_500, s.hold.take())
@@ -442,18 +386,11 @@ impl Proxy {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
         let (outcome, status, text) = if fail && !held {
-            (
-                HitOutcome::Injected500,
-                500,
-                Bytes::from_static(b"{\"error\":\"chaos: answering 500\"}"),
-            )
+            (HitOutcome::Injected500, 500, Bytes::from_static(b"{\"error\":\"chaos: answering 500\"}"))
         } else {
             let mut fwd = self.http.post(&self.upstream).body(body);
             for (k, v) in headers.iter() {
-                if !matches!(
-                    k.as_str(),
-                    "host" | "content-length" | "connection" | "transfer-encoding"
-                ) {
+                if !matches!(k.as_str(), "host" | "content-length" | "connection" | "transfer-encoding") {
                     fwd = fwd.header(k.clone(), v.clone());
                 }
             }
@@ -462,32 +399,15 @@ impl Proxy {
                     let status = resp.status().as_u16();
                     let text = resp.bytes().await.unwrap_or_default();
                     let already = String::from_utf8_lossy(&text).contains("already_processed");
-                    (
-                        HitOutcome::Forwarded {
-                            status,
-                            already_processed: already,
-                        },
-                        status,
-                        text,
-                    )
+                    (HitOutcome::Forwarded { status, already_processed: already }, status, text)
                 }
-                Err(e) => (
-                    HitOutcome::ForwardFailed(e.to_string()),
-                    502,
-                    Bytes::from(format!("{{\"error\":\"receiver unreachable: {e}\"}}")),
-                ),
+                Err(e) => {
+                    (HitOutcome::ForwardFailed(e.to_string()), 502, Bytes::from(format!("{{\"error\":\"receiver unreachable: {e}\"}}")))
+                }
             }
         };
-        self.state.lock().unwrap().hits.push(Hit {
-            event_id,
-            held,
-            outcome,
-        });
-        Response::builder()
-            .status(status)
-            .header("content-type", "application/json")
-            .body(Full::new(text))
-            .unwrap()
+        self.state.lock().unwrap().hits.push(Hit { event_id, held, outcome });
+        Response::builder().status(status).header("content-type", "application/json").body(Full::new(text)).unwrap()
     }
 
     fn hits(&self) -> Vec<Hit> {
@@ -518,10 +438,7 @@ impl ReceiverProc {
     }
 
     async fn start(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         let child = Command::new(bin_dir().join("webhook-receiver"))
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--database-url", &self.database_url])
@@ -537,28 +454,15 @@ impl ReceiverProc {
         self.child = Some(child);
         let http = reqwest::Client::new();
         for _ in 0..300 {
-            if http
-                .get(format!("http://127.0.0.1:{}/healthz", self.port))
-                .send()
-                .await
-                .is_ok()
-            {
+            if http.get(format!("http://127.0.0.1:{}/healthz", self.port)).send().await.is_ok() {
                 return Ok(());
             }
             if let Some(status) = self.exited() {
-                bail!(
-                    "receiver {} exited at start-up ({status}); see {}",
-                    self.name,
-                    self.log.display()
-                );
+                bail!("receiver {} exited at start-up ({status}); see {}", self.name, self.log.display());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        bail!(
-            "receiver {} did not answer /healthz; see {}",
-            self.name,
-            self.log.display()
-        )
+        bail!("receiver {} did not answer /healthz; see {}", self.name, self.log.display())
     }
 
     fn kill(&mut self) {
@@ -569,9 +473,7 @@ impl ReceiverProc {
     }
 
     fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 }
 
@@ -583,21 +485,14 @@ impl Drop for ReceiverProc {
 
 fn record_pid(file: &Path, pid: u32) {
     use std::io::Write;
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(file)
-    {
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
         let _ = writeln!(f, "{pid}");
     }
 }
 
 /// Polls `url` until it answers 200; false after `timeout`.
 async fn wait_200(url: &str, timeout: Duration) -> bool {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .expect("a reqwest client builds");
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().expect("a reqwest client builds");
     let deadline = Instant::now() + timeout;
     let mut last = String::new();
     while Instant::now() < deadline {
@@ -608,9 +503,7 @@ async fn wait_200(url: &str, timeout: Duration) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tracing_note(&format!(
-        "{url} did not answer 200 within {timeout:?}; last: {last}"
-    ));
+    tracing_note(&format!("{url} did not answer 200 within {timeout:?}; last: {last}"));
     false
 }
 
@@ -619,11 +512,7 @@ fn tracing_note(msg: &str) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn fmt_t(d: Duration) -> String {
@@ -637,27 +526,12 @@ fn fmt_t(d: Duration) -> String {
 
 async fn sql(url: &str, query: &str) -> anyhow::Result<Vec<Vec<String>>> {
     let out = tokio::process::Command::new("psql")
-        .args([
-            "-X",
-            "-q",
-            "-A",
-            "-t",
-            "-F",
-            "\u{1f}",
-            "-v",
-            "ON_ERROR_STOP=1",
-            url,
-            "-c",
-            query,
-        ])
+        .args(["-X", "-q", "-A", "-t", "-F", "\u{1f}", "-v", "ON_ERROR_STOP=1", url, "-c", query])
         .output()
         .await
         .context("running psql")?;
     if !out.status.success() {
-        bail!(
-            "psql {query:?}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        bail!("psql {query:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -668,10 +542,7 @@ async fn sql(url: &str, query: &str) -> anyhow::Result<Vec<Vec<String>>> {
 
 async fn sql_count(url: &str, query: &str) -> anyhow::Result<i64> {
     let rows = sql(url, query).await?;
-    rows.first()
-        .and_then(|r| r.first())
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| anyhow!("no count from {query:?}"))
+    rows.first().and_then(|r| r.first()).and_then(|v| v.parse().ok()).ok_or_else(|| anyhow!("no count from {query:?}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -741,15 +612,10 @@ async fn sigterm() {
 async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
     let profile = Profile::new(&args);
     let seed = args.seed.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         (t.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)) % 1_000_000_000
     });
-    println!(
-        "chaos: {} run, {} uploads, seed {seed} (repeat with --seed {seed})",
-        profile.name, profile.uploads
-    );
+    println!("chaos: {} run, {} uploads, seed {seed} (repeat with --seed {seed})", profile.name, profile.uploads);
     let sched = schedule(seed, &profile);
     let logs = args.run_dir.join("logs");
     std::fs::create_dir_all(&logs)?;
@@ -758,30 +624,16 @@ async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
     // Small real videos: a few distinct clips, uploaded in turn.
     let media = args.run_dir.join("media");
     std::fs::create_dir_all(&media)?;
-    let variants = [
-        (320, 180, 1.0),
-        (426, 240, 1.5),
-        (480, 270, 1.0),
-        (640, 360, 1.2),
-        (384, 216, 2.0),
-    ];
+    let variants = [(320, 180, 1.0), (426, 240, 1.5), (480, 270, 1.0), (640, 360, 1.2), (384, 216, 2.0)];
     let mut clips = Vec::new();
-    for (i, (w, h, s)) in variants
-        .iter()
-        .enumerate()
-        .take(profile.uploads.clamp(1, variants.len()))
-    {
+    for (i, (w, h, s)) in variants.iter().enumerate().take(profile.uploads.clamp(1, variants.len())) {
         let path = media.join(format!("clip{i}.mp4"));
         make_video(&path, *w, *h, *s, "400k");
         clips.push(path);
     }
 
     // The platform on the private instances.
-    let schedule_env = RETRY_SCHEDULE
-        .iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
+    let schedule_env = RETRY_SCHEDULE.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let lease = LEASE_MS.to_string();
     let stack = Stack::start_on(
         args.database_url.clone(),
@@ -802,49 +654,25 @@ async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
     }
     let health = format!("{}/healthz", stack.api_url);
     if !wait_200(&health, Duration::from_secs(60)).await {
-        bail!(
-            "the api did not answer {health}; see {}",
-            stack.log_dir().display()
-        );
+        bail!("the api did not answer {health}; see {}", stack.log_dir().display());
     }
-    let ready = stack
-        .env_value("VID__TRANSCODER__HEALTH_LISTEN")
-        .map(|a| format!("http://{a}/readyz"))
-        .unwrap_or_default();
+    let ready = stack.env_value("VID__TRANSCODER__HEALTH_LISTEN").map(|a| format!("http://{a}/readyz")).unwrap_or_default();
     if !wait_200(&ready, Duration::from_secs(60)).await {
-        bail!(
-            "the transcoder is not ready ({ready}); see {}",
-            stack.log_dir().display()
-        );
+        bail!("the transcoder is not ready ({ready}); see {}", stack.log_dir().display());
     }
     let client = stack.client();
     let t0 = Instant::now();
-    println!(
-        "chaos: load starts now, {} UTC (fault times below are from here)",
-        chrono::Utc::now().format("%H:%M:%S")
-    );
+    println!("chaos: load starts now, {} UTC (fault times below are from here)", chrono::Utc::now().format("%H:%M:%S"));
 
     // Two receivers, each behind its proxy, each the target of one endpoint.
-    let db_name = args
-        .database_url
-        .rsplit('/')
-        .next()
-        .unwrap_or("vid")
-        .to_owned();
-    let run_id = format!(
-        "chaos{}",
-        ulid::Ulid::new().to_string().to_ascii_lowercase()
-    );
+    let db_name = args.database_url.rsplit('/').next().unwrap_or("vid").to_owned();
+    let run_id = format!("chaos{}", ulid::Ulid::new().to_string().to_ascii_lowercase());
     let mut receivers = Vec::new();
     let mut proxies = Vec::new();
     let mut endpoints: Vec<EndpointId> = Vec::new();
     for name in ["a", "b"] {
         let port = free_port();
-        let proxy = Proxy::start(
-            if name == "a" { "A" } else { "B" },
-            format!("http://127.0.0.1:{port}/webhooks"),
-        )
-        .await?;
+        let proxy = Proxy::start(if name == "a" { "A" } else { "B" }, format!("http://127.0.0.1:{port}/webhooks")).await?;
         let ep = client
             .create_endpoint(&CreateEndpoint {
                 url: proxy.url(),
@@ -903,9 +731,7 @@ async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
         let clip = clips[i % clips.len()].clone();
         let state_dir = args.run_dir.join("upload-state").join(i.to_string());
         let at = t0 + planned.at;
-        let pinned = planned
-            .after
-            .map(|(kind, delay)| (shared.started[&kind].subscribe(), delay));
+        let pinned = planned.after.map(|(kind, delay)| (shared.started[&kind].subscribe(), delay));
         uploads.push(tokio::spawn(async move {
             tokio::time::sleep_until(at.into()).await;
             if let Some((mut started, delay)) = pinned {
@@ -945,24 +771,20 @@ async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
 
     let mut results = Vec::new();
     for u in uploads {
-        results.push(u.await.unwrap_or_else(|e| UploadResult {
-            last_error: Some(format!("task failed: {e}")),
-            ..Default::default()
-        }));
+        results.push(u.await.unwrap_or_else(|e| UploadResult { last_error: Some(format!("task failed: {e}")), ..Default::default() }));
     }
     let faults = injector.await.context("fault injector")?;
     let load_done = t0.elapsed();
-    println!("chaos: load done at {} ({} uploads), faults done; waiting for the deliveries (at most {:?})", fmt_t(load_done), results.len(), profile.drain_timeout);
+    println!(
+        "chaos: load done at {} ({} uploads), faults done; waiting for the deliveries (at most {:?})",
+        fmt_t(load_done),
+        results.len(),
+        profile.drain_timeout
+    );
 
     // Bounded wait until every event reached both receivers and nothing is pending.
     let db = args.database_url.clone();
-    let receiver_dbs: Vec<String> = shared
-        .receivers
-        .lock()
-        .await
-        .iter()
-        .map(|r| r.database_url.clone())
-        .collect();
+    let receiver_dbs: Vec<String> = shared.receivers.lock().await.iter().map(|r| r.database_url.clone()).collect();
     let drain_deadline = Instant::now() + profile.drain_timeout;
     let mut last_state;
     loop {
@@ -985,24 +807,8 @@ async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
     watch_processes(&shared).await;
     watchdog.abort();
 
-    let report = verify(
-        &shared,
-        &client,
-        &db,
-        &receiver_dbs,
-        &endpoints,
-        &results,
-        &faults,
-    )
-    .await;
-    let ok = report.print(
-        &profile,
-        seed,
-        &faults,
-        started.elapsed(),
-        &args.run_dir,
-        drained_at,
-    );
+    let report = verify(&shared, &client, &db, &receiver_dbs, &endpoints, &results, &faults).await;
+    let ok = report.print(&profile, seed, &faults, started.elapsed(), &args.run_dir, drained_at);
 
     // Stop everything (the stack's Drop kills the services).
     for r in shared.receivers.lock().await.iter_mut() {
@@ -1019,15 +825,9 @@ fn print_schedule(s: &Schedule, args: &Args) {
     for f in &s.faults {
         let mut line = format!("  {}  {}", fmt_t(f.at), f.kind.label());
         match f.kind {
-            FaultKind::ReceiverDown | FaultKind::Receiver500 => {
-                line.push_str(&format!(" for {:.0} s", f.length.as_secs_f64()))
-            }
-            FaultKind::RestartPostgres if args.skip_postgres_restart.is_some() => {
-                line.push_str(" (will be skipped)")
-            }
-            FaultKind::RestartRabbitmq if args.skip_rabbitmq_restart.is_some() => {
-                line.push_str(" (will be skipped)")
-            }
+            FaultKind::ReceiverDown | FaultKind::Receiver500 => line.push_str(&format!(" for {:.0} s", f.length.as_secs_f64())),
+            FaultKind::RestartPostgres if args.skip_postgres_restart.is_some() => line.push_str(" (will be skipped)"),
+            FaultKind::RestartRabbitmq if args.skip_rabbitmq_restart.is_some() => line.push_str(" (will be skipped)"),
             FaultKind::RestartPostgres | FaultKind::RestartRabbitmq => {
                 line.push_str(&format!(" (stopped {:.1} s)", f.length.as_secs_f64()))
             }
@@ -1037,26 +837,21 @@ fn print_schedule(s: &Schedule, args: &Args) {
     }
     if let (Some(first), Some(last)) = (s.uploads.first(), s.uploads.last()) {
         let pinned = s.uploads.iter().filter(|u| u.after.is_some()).count();
-        println!("  uploads start between {} and {} ({pinned} of them just after a fault that needs work in flight begins)", fmt_t(first.at), fmt_t(last.at));
+        println!(
+            "  uploads start between {} and {} ({pinned} of them just after a fault that needs work in flight begins)",
+            fmt_t(first.at),
+            fmt_t(last.at)
+        );
     }
 }
 
 /// One upload through the SDK, retried (resuming the same upload) until it is
 /// accepted, then followed until its operation is terminal.
-async fn upload_one(
-    client: &Client,
-    clip: &Path,
-    state_dir: &Path,
-    deadline: Instant,
-) -> UploadResult {
+async fn upload_one(client: &Client, clip: &Path, state_dir: &Path, deadline: Instant) -> UploadResult {
     let mut r = UploadResult::default();
     let _ = std::fs::create_dir_all(state_dir);
     let op = loop {
-        match Uploader::new(client)
-            .state_dir(Some(state_dir.to_path_buf()))
-            .upload_file(clip, Some("video/mp4"))
-            .await
-        {
+        match Uploader::new(client).state_dir(Some(state_dir.to_path_buf())).upload_file(clip, Some("video/mp4")).await {
             Ok(accepted) => break accepted.operation.id,
             Err(e) => {
                 r.sdk_retries += 1;
@@ -1070,13 +865,8 @@ async fn upload_one(
     };
     r.operation = Some(op.clone());
     loop {
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1));
-        match client
-            .wait_operation(&op, left.min(Duration::from_secs(60)), |_| {})
-            .await
-        {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+        match client.wait_operation(&op, left.min(Duration::from_secs(60)), |_| {}).await {
             Ok(o) => {
                 r.status = Some(o.status);
                 return r;
@@ -1167,9 +957,7 @@ async fn inject_all(
             }
             FaultKind::RestartPostgres => records.push(restart(&shared, &f, &restart_pg).await),
             FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &restart_mq).await),
-            FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => {
-                records.push(kill(&shared, &f).await)
-            }
+            FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => records.push(kill(&shared, &f).await),
         }
     }
     for w in windows {
@@ -1184,14 +972,7 @@ async fn inject_all(
 async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> FaultRecord {
     let kind = f.kind;
     let at = shared.t0.elapsed();
-    let mut rec = FaultRecord {
-        kind,
-        at,
-        ended: at,
-        detail: String::new(),
-        skipped: None,
-        error: None,
-    };
+    let mut rec = FaultRecord { kind, at, ended: at, detail: String::new(), skipped: None, error: None };
     let cmd = match cmd {
         Ok(c) => c,
         Err(why) => {
@@ -1206,37 +987,20 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
     let cmd = format!("{cmd} {:.1}", f.length.as_secs_f64());
     let out = tokio::time::timeout(
         Duration::from_secs(180),
-        tokio::process::Command::new("bash")
-            .args(["-c", &cmd])
-            .stdin(Stdio::null())
-            .output(),
+        tokio::process::Command::new("bash").args(["-c", &cmd]).stdin(Stdio::null()).output(),
     )
     .await;
     rec.ended = shared.t0.elapsed();
     match out {
         Ok(Ok(o)) if o.status.success() => {
-            rec.detail = format!(
-                "stopped, kept down {:.1} s, started again; {:.1} s in all",
-                f.length.as_secs_f64(),
-                (rec.ended - at).as_secs_f64()
-            )
+            rec.detail =
+                format!("stopped, kept down {:.1} s, started again; {:.1} s in all", f.length.as_secs_f64(), (rec.ended - at).as_secs_f64())
         }
-        Ok(Ok(o)) => {
-            rec.error = Some(format!(
-                "restart command failed ({}): {}",
-                o.status,
-                String::from_utf8_lossy(&o.stderr).trim()
-            ))
-        }
+        Ok(Ok(o)) => rec.error = Some(format!("restart command failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim())),
         Ok(Err(e)) => rec.error = Some(format!("restart command did not run: {e}")),
         Err(_) => rec.error = Some("restart command took more than 180 s".into()),
     }
-    println!(
-        "chaos: {} {}: {}",
-        fmt_t(rec.ended),
-        kind.label(),
-        rec.error.as_deref().unwrap_or(&rec.detail)
-    );
+    println!("chaos: {} {}: {}", fmt_t(rec.ended), kind.label(), rec.error.as_deref().unwrap_or(&rec.detail));
     rec
 }
 
@@ -1255,9 +1019,7 @@ async fn kill(shared: &Shared, f: &Planned) -> FaultRecord {
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
                 let job = std::fs::read_dir(&work).ok().and_then(|d| {
-                    d.filter_map(Result::ok)
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .find(|n| n.starts_with("op_"))
+                    d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| n.starts_with("op_"))
                 });
                 if let Some(op) = job {
                     detail = format!("mid-job ({op} in its work dir)");
@@ -1279,17 +1041,12 @@ async fn kill(shared: &Shared, f: &Planned) -> FaultRecord {
                 rxs.push(Box::pin(rx));
             }
             shared.started[&f.kind].send_replace(true);
-            let first =
-                tokio::time::timeout(Duration::from_secs(60), futures::future::select_all(rxs))
-                    .await;
+            let first = tokio::time::timeout(Duration::from_secs(60), futures::future::select_all(rxs)).await;
             for p in &shared.proxies {
                 p.state.lock().unwrap().hold = None;
             }
             detail = match first {
-                Ok((Ok(event), i, _)) => format!(
-                    "mid-attempt (delivery of {event} held open at proxy {})",
-                    shared.proxies[i].name
-                ),
+                Ok((Ok(event), i, _)) => format!("mid-attempt (delivery of {event} held open at proxy {})", shared.proxies[i].name),
                 _ => "no attempt in flight within 60 s: killed idle".into(),
             };
         }
@@ -1312,33 +1069,22 @@ async fn kill(shared: &Shared, f: &Planned) -> FaultRecord {
         }
         let health = match name {
             "api" => Some(format!("{}/healthz", stack.api_url)),
-            "transcoder" => stack
-                .env_value("VID__TRANSCODER__HEALTH_LISTEN")
-                .map(|a| format!("http://{a}/readyz")),
+            "transcoder" => stack.env_value("VID__TRANSCODER__HEALTH_LISTEN").map(|a| format!("http://{a}/readyz")),
             _ => None,
         };
         if let Some(url) = health {
             if !wait_200(&url, Duration::from_secs(120)).await {
-                error = Some(format!(
-                    "the restarted {name} did not answer 200 on {url} within 120 s"
-                ));
+                error = Some(format!("the restarted {name} did not answer 200 on {url} within 120 s"));
             }
         }
     }
     let ended = shared.t0.elapsed();
-    println!(
-        "chaos: {} restarted {name} (down {:.1} s)",
-        fmt_t(ended),
-        (ended - at).as_secs_f64()
-    );
+    println!("chaos: {} restarted {name} (down {:.1} s)", fmt_t(ended), (ended - at).as_secs_f64());
     FaultRecord {
         kind: f.kind,
         at,
         ended,
-        detail: format!(
-            "{detail}; restarted after {:.1} s",
-            (ended - at).as_secs_f64()
-        ),
+        detail: format!("{detail}; restarted after {:.1} s", (ended - at).as_secs_f64()),
         skipped: None,
         error,
     }
@@ -1352,11 +1098,7 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
             let proxy = &shared.proxies[0];
             proxy.down();
             shared.receivers.lock().await[0].kill();
-            println!(
-                "chaos: {} receiver A down (process SIGKILLed, port closed) for {:.0} s",
-                fmt_t(at),
-                f.length.as_secs_f64()
-            );
+            println!("chaos: {} receiver A down (process SIGKILLed, port closed) for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
             if let Err(e) = shared.receivers.lock().await[0].start().await {
@@ -1369,11 +1111,7 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
         _ => {
             let proxy = &shared.proxies[1];
             proxy.state.lock().unwrap().fail_500 = true;
-            println!(
-                "chaos: {} receiver B answers 500 for {:.0} s",
-                fmt_t(at),
-                f.length.as_secs_f64()
-            );
+            println!("chaos: {} receiver B answers 500 for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
             proxy.state.lock().unwrap().fail_500 = false;
@@ -1381,49 +1119,23 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
     }
     let ended = shared.t0.elapsed();
     println!("chaos: {} {} over", fmt_t(ended), f.kind.label());
-    FaultRecord {
-        kind: f.kind,
-        at,
-        ended,
-        detail: format!("for {:.1} s", (ended - at).as_secs_f64()),
-        skipped: None,
-        error,
-    }
+    FaultRecord { kind: f.kind, at, ended, detail: format!("for {:.1} s", (ended - at).as_secs_f64()), skipped: None, error }
 }
 
 /// `(settled, summary)`: settled when the outbox is empty, every event has a
 /// delivery per endpoint, none is pending, and each receiver processed every event.
-async fn drain_state(
-    db: &str,
-    receiver_dbs: &[String],
-    endpoints: usize,
-) -> anyhow::Result<(bool, String)> {
+async fn drain_state(db: &str, receiver_dbs: &[String], endpoints: usize) -> anyhow::Result<(bool, String)> {
     let outbox = sql_count(db, "SELECT count(*) FROM outbox").await?;
     let events = sql_count(db, "SELECT count(*) FROM events").await?;
     let deliveries = sql_count(db, "SELECT count(*) FROM webhook_deliveries").await?;
-    let pending = sql_count(
-        db,
-        "SELECT count(*) FROM webhook_deliveries WHERE status <> 'succeeded'",
-    )
-    .await?;
-    let ops_open = sql_count(
-        db,
-        "SELECT count(*) FROM operations WHERE status IN ('pending','running')",
-    )
-    .await?;
+    let pending = sql_count(db, "SELECT count(*) FROM webhook_deliveries WHERE status <> 'succeeded'").await?;
+    let ops_open = sql_count(db, "SELECT count(*) FROM operations WHERE status IN ('pending','running')").await?;
     let mut seen = Vec::new();
     for r in receiver_dbs {
-        seen.push(
-            sql_count(r, "SELECT count(*) FROM seen_events")
-                .await
-                .unwrap_or(-1),
-        );
+        seen.push(sql_count(r, "SELECT count(*) FROM seen_events").await.unwrap_or(-1));
     }
-    let settled = outbox == 0
-        && ops_open == 0
-        && deliveries == events * endpoints as i64
-        && pending == 0
-        && seen.iter().all(|s| *s >= events);
+    let settled =
+        outbox == 0 && ops_open == 0 && deliveries == events * endpoints as i64 && pending == 0 && seen.iter().all(|s| *s >= events);
     Ok((settled, format!("events {events}, outbox {outbox}, open operations {ops_open}, deliveries {deliveries} ({pending} not succeeded), receivers processed {seen:?}")))
 }
 
@@ -1457,32 +1169,14 @@ struct Report {
 
 impl Report {
     fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) {
-        self.checks.push(Check {
-            name: name.to_owned(),
-            ok,
-            detail: detail.into(),
-        });
+        self.checks.push(Check { name: name.to_owned(), ok, detail: detail.into() });
     }
 
-    fn print(
-        &self,
-        p: &Profile,
-        seed: u64,
-        faults: &[FaultRecord],
-        wall: Duration,
-        run_dir: &Path,
-        settled: Duration,
-    ) -> bool {
+    fn print(&self, p: &Profile, seed: u64, faults: &[FaultRecord], wall: Duration, run_dir: &Path, settled: Duration) -> bool {
         let ok = self.checks.iter().all(|c| c.ok);
         println!();
-        println!(
-            "=================== chaos report ({} run) ===================",
-            p.name
-        );
-        println!(
-            "seed            {seed}   (repeat: scripts/chaos.sh{} --seed {seed})",
-            if p.name == "small" { " --small" } else { "" }
-        );
+        println!("=================== chaos report ({} run) ===================", p.name);
+        println!("seed            {seed}   (repeat: scripts/chaos.sh{} --seed {seed})", if p.name == "small" { " --small" } else { "" });
         println!(
             "uploads         {} started, {} accepted, {} succeeded ({} SDK calls retried)",
             self.uploads, self.accepted, self.succeeded, self.sdk_retries
@@ -1496,61 +1190,36 @@ impl Report {
             } else {
                 f.detail.clone()
             };
-            println!(
-                "  {} – {}  {:<40} {what}",
-                fmt_t(f.at),
-                fmt_t(f.ended),
-                f.kind.label()
-            );
+            println!("  {} – {}  {:<40} {what}", fmt_t(f.at), fmt_t(f.ended), f.kind.label());
         }
-        println!(
-            "events          {} recorded by the api, delivered to 2 endpoints",
-            self.events
-        );
+        println!("events          {} recorded by the api, delivered to 2 endpoints", self.events);
         println!(
             "deliveries      {} ({} attempts, {} retries; attempts by outcome: {})",
             self.deliveries,
             self.attempts,
             self.attempts - self.deliveries,
-            self.attempt_classes
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            self.attempt_classes.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
         );
+        println!("requests seen   {}", self.requests.iter().map(|(k, v)| format!("endpoint {k}: {v}")).collect::<Vec<_>>().join(", "));
         println!(
-            "requests seen   {}",
-            self.requests
+            "duplicates rcvd {}   (requests for an event the receiver had already accepted; harmless)",
+            self.dup_received
                 .iter()
-                .map(|(k, v)| format!("endpoint {k}: {v}"))
+                .map(|(k, (d, a))| format!("receiver {k}: {d} ({a} answered already_processed)"))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        println!("duplicates rcvd {}   (requests for an event the receiver had already accepted; harmless)",
-            self.dup_received.iter().map(|(k, (d, a))| format!("receiver {k}: {d} ({a} answered already_processed)")).collect::<Vec<_>>().join(", "));
         println!("dup. effects    {}   (must be 0)", self.dup_effects);
         println!("lost events     {}   (must be 0)", self.lost);
-        println!(
-            "slowest delivery {:.1} s from event to receipt; settled at {}",
-            self.max_delivery_secs,
-            fmt_t(settled)
-        );
-        println!(
-            "wall time       {:.1} s ({:.1} min)",
-            wall.as_secs_f64(),
-            wall.as_secs_f64() / 60.0
-        );
+        println!("slowest delivery {:.1} s from event to receipt; settled at {}", self.max_delivery_secs, fmt_t(settled));
+        println!("wall time       {:.1} s ({:.1} min)", wall.as_secs_f64(), wall.as_secs_f64() / 60.0);
         println!("checks:");
         for c in &self.checks {
             println!(
                 "  [{}] {}{}",
                 if c.ok { "PASS" } else { "FAIL" },
                 c.name,
-                if c.detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(" — {}", c.detail)
-                }
+                if c.detail.is_empty() { String::new() } else { format!(" — {}", c.detail) }
             );
         }
         println!("logs            {}", run_dir.join("logs").display());
@@ -1588,22 +1257,8 @@ async fn verify(
     results: &[UploadResult],
     faults: &[FaultRecord],
 ) -> Report {
-    let mut rep = Report {
-        uploads: results.len(),
-        ..Default::default()
-    };
-    match verify_inner(
-        &mut rep,
-        shared,
-        client,
-        db,
-        receiver_dbs,
-        endpoints,
-        results,
-        faults,
-    )
-    .await
-    {
+    let mut rep = Report { uploads: results.len(), ..Default::default() };
+    match verify_inner(&mut rep, shared, client, db, receiver_dbs, endpoints, results, faults).await {
         Ok(()) => {}
         Err(e) => rep.check("the checks could run", false, format!("{e:#}")),
     }
@@ -1624,28 +1279,17 @@ async fn verify_inner(
     // --- uploads and operations -----------------------------------------
     rep.accepted = results.iter().filter(|r| r.operation.is_some()).count();
     rep.sdk_retries = results.iter().map(|r| r.sdk_retries).sum();
-    let errors: Vec<String> = results
-        .iter()
-        .filter(|r| r.operation.is_none())
-        .filter_map(|r| r.last_error.clone())
-        .collect();
+    let errors: Vec<String> = results.iter().filter(|r| r.operation.is_none()).filter_map(|r| r.last_error.clone()).collect();
     rep.check(
         "every upload accepted through the SDK",
         rep.accepted == results.len(),
-        if errors.is_empty() {
-            String::new()
-        } else {
-            format!("last errors: {errors:?}")
-        },
+        if errors.is_empty() { String::new() } else { format!("last errors: {errors:?}") },
     );
     let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
     let mut api_ops = HashMap::new();
     for r in results {
         if let Some(id) = &r.operation {
-            let op = client
-                .get_operation(id)
-                .await
-                .map_err(|e| anyhow!("GET /operations/{id}: {e}"))?;
+            let op = client.get_operation(id).await.map_err(|e| anyhow!("GET /operations/{id}: {e}"))?;
             *by_status.entry(op.status.as_str().to_owned()).or_default() += 1;
             api_ops.insert(id.as_str().to_owned(), op);
         }
@@ -1669,35 +1313,21 @@ async fn verify_inner(
     );
     let db_ops = sql(db, "SELECT id, status FROM operations").await?;
     let db_succeeded = db_ops.iter().filter(|r| r[1] == "succeeded").count();
-    let listed =
-        all_pages(|c| async move { client.list_operations(None, c.as_deref()).await }).await?;
+    let listed = all_pages(|c| async move { client.list_operations(None, c.as_deref()).await }).await?;
     let db_ids: HashSet<&str> = db_ops.iter().map(|r| r[0].as_str()).collect();
     let listed_ids: HashSet<&str> = listed.iter().map(|o| o.id.as_str()).collect();
     let ours: HashSet<&str> = api_ops.keys().map(String::as_str).collect();
     rep.check(
         "operations: database, GET /operations and the uploads agree",
-        db_ops.len() == results.len()
-            && db_succeeded == results.len()
-            && db_ids == listed_ids
-            && listed_ids == ours,
-        format!(
-            "database {} ({} succeeded), listed {}, uploads {}",
-            db_ops.len(),
-            db_succeeded,
-            listed.len(),
-            ours.len()
-        ),
+        db_ops.len() == results.len() && db_succeeded == results.len() && db_ids == listed_ids && listed_ids == ours,
+        format!("database {} ({} succeeded), listed {}, uploads {}", db_ops.len(), db_succeeded, listed.len(), ours.len()),
     );
 
     // --- events -----------------------------------------------------------
     let db_events = sql(db, "SELECT id, event_type FROM events ORDER BY id").await?;
-    let api_events =
-        all_pages(|c| async move { client.list_events(None, c.as_deref()).await }).await?;
+    let api_events = all_pages(|c| async move { client.list_events(None, c.as_deref()).await }).await?;
     let db_event_ids: HashSet<String> = db_events.iter().map(|r| r[0].clone()).collect();
-    let api_event_ids: HashSet<String> = api_events
-        .iter()
-        .map(|e| e.id.as_str().to_owned())
-        .collect();
+    let api_event_ids: HashSet<String> = api_events.iter().map(|e| e.id.as_str().to_owned()).collect();
     rep.events = db_event_ids.len();
     let mut types: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &db_events {
@@ -1706,17 +1336,9 @@ async fn verify_inner(
     rep.check(
         "events: database and GET /events agree",
         db_event_ids == api_event_ids && !db_event_ids.is_empty(),
-        format!(
-            "database {}, API {}; {types:?}",
-            db_event_ids.len(),
-            api_event_ids.len()
-        ),
+        format!("database {}, API {}; {types:?}", db_event_ids.len(), api_event_ids.len()),
     );
-    let ready_events: HashSet<String> = db_events
-        .iter()
-        .filter(|r| r[1] == "video.ready")
-        .map(|r| r[0].clone())
-        .collect();
+    let ready_events: HashSet<String> = db_events.iter().filter(|r| r[1] == "video.ready").map(|r| r[0].clone()).collect();
     rep.check(
         "one video.ready event per upload",
         ready_events.len() == results.len(),
@@ -1724,17 +1346,18 @@ async fn verify_inner(
     );
 
     // --- deliveries (database) --------------------------------------------
-    let deliveries = sql(db, "SELECT endpoint_id, event_id, status, attempt_count, extract(epoch FROM (updated_at - created_at)) FROM webhook_deliveries").await?;
+    let deliveries = sql(
+        db,
+        "SELECT endpoint_id, event_id, status, attempt_count, extract(epoch FROM (updated_at - created_at)) FROM webhook_deliveries",
+    )
+    .await?;
     rep.deliveries = deliveries.len() as i64;
     let mut status_count: BTreeMap<String, usize> = BTreeMap::new();
     let mut delivered: HashMap<&str, HashSet<&str>> = HashMap::new();
     for d in &deliveries {
         *status_count.entry(d[2].clone()).or_default() += 1;
         if d[2] == "succeeded" {
-            delivered
-                .entry(d[0].as_str())
-                .or_default()
-                .insert(d[1].as_str());
+            delivered.entry(d[0].as_str()).or_default().insert(d[1].as_str());
         }
         rep.max_delivery_secs = rep.max_delivery_secs.max(d[4].parse().unwrap_or(0.0));
     }
@@ -1743,10 +1366,7 @@ async fn verify_inner(
     let mut lost_db = 0;
     for (i, ep) in endpoints.iter().enumerate() {
         let got = delivered.get(ep.as_str());
-        for e in db_event_ids
-            .iter()
-            .filter(|e| !got.is_some_and(|g| g.contains(e.as_str())))
-        {
+        for e in db_event_ids.iter().filter(|e| !got.is_some_and(|g| g.contains(e.as_str()))) {
             lost_db += 1;
             lost.insert((i, e.clone()));
         }
@@ -1754,22 +1374,16 @@ async fn verify_inner(
     rep.check(
         "every event delivered (succeeded) to each endpoint (dispatcher's records)",
         lost_db == 0 && deliveries.len() == db_event_ids.len() * endpoints.len(),
-        format!(
-            "{} deliveries for {} events × {} endpoints; {lost_db} missing",
-            deliveries.len(),
-            db_event_ids.len(),
-            endpoints.len()
-        ),
+        format!("{} deliveries for {} events × {} endpoints; {lost_db} missing", deliveries.len(), db_event_ids.len(), endpoints.len()),
     );
     rep.check(
         "no delivery left pending, failed or paused after the retry schedule",
         status_count.keys().all(|s| s == "succeeded"),
-        format!(
-            "{status_count:?} (schedule {RETRY_SCHEDULE:?} s, ≤ {:.0} s with jitter)",
-            RETRY_SCHEDULE.iter().sum::<u64>() as f64 * 1.2
-        ),
+        format!("{status_count:?} (schedule {RETRY_SCHEDULE:?} s, ≤ {:.0} s with jitter)", RETRY_SCHEDULE.iter().sum::<u64>() as f64 * 1.2),
     );
-    let attempts = sql(db, "SELECT coalesce(response_status::text, error_class, 'other'), count(*) FROM webhook_attempts GROUP BY 1 ORDER BY 1").await?;
+    let attempts =
+        sql(db, "SELECT coalesce(response_status::text, error_class, 'other'), count(*) FROM webhook_attempts GROUP BY 1 ORDER BY 1")
+            .await?;
     for a in &attempts {
         let n: i64 = a[1].parse().unwrap_or(0);
         rep.attempts += n;
@@ -1779,17 +1393,11 @@ async fn verify_inner(
         };
         *rep.attempt_classes.entry(class).or_default() += n;
     }
-    let attempt_sum: i64 = deliveries
-        .iter()
-        .map(|d| d[3].parse::<i64>().unwrap_or(0))
-        .sum();
+    let attempt_sum: i64 = deliveries.iter().map(|d| d[3].parse::<i64>().unwrap_or(0)).sum();
     rep.check(
         "attempt counts agree with the attempt log",
         attempt_sum == rep.attempts,
-        format!(
-            "Σ attempt_count {attempt_sum}, webhook_attempts rows {}",
-            rep.attempts
-        ),
+        format!("Σ attempt_count {attempt_sum}, webhook_attempts rows {}", rep.attempts),
     );
 
     // --- deliveries (API) ---------------------------------------------------
@@ -1801,30 +1409,16 @@ async fn verify_inner(
             client
                 .list_deliveries(
                     ep,
-                    &vid_client::resources::DeliveryFilter {
-                        limit: Some(100),
-                        cursor: c.as_deref(),
-                        ..Default::default()
-                    },
+                    &vid_client::resources::DeliveryFilter { limit: Some(100), cursor: c.as_deref(), ..Default::default() },
                 )
                 .await
         })
         .await?;
         api_delivery_total += list.len();
         api_not_succeeded += list.iter().filter(|d| d["status"] != "succeeded").count();
-        api_attempts_total += list
-            .iter()
-            .map(|d| d["attempts"].as_array().map_or(0, Vec::len))
-            .sum::<usize>();
-        let e = client
-            .get_endpoint(ep)
-            .await
-            .map_err(|e| anyhow!("GET endpoint {ep}: {e}"))?;
-        rep.check(
-            &format!("endpoint {ep} still enabled"),
-            e.status == EndpointStatus::Enabled,
-            e.disabled_reason.unwrap_or_default(),
-        );
+        api_attempts_total += list.iter().map(|d| d["attempts"].as_array().map_or(0, Vec::len)).sum::<usize>();
+        let e = client.get_endpoint(ep).await.map_err(|e| anyhow!("GET endpoint {ep}: {e}"))?;
+        rep.check(&format!("endpoint {ep} still enabled"), e.status == EndpointStatus::Enabled, e.disabled_reason.unwrap_or_default());
     }
     rep.check(
         "GET …/deliveries agrees with the database",
@@ -1840,11 +1434,7 @@ async fn verify_inner(
         let mut dups = 0;
         let mut already = 0;
         for h in &hits {
-            if let HitOutcome::Forwarded {
-                status,
-                already_processed,
-            } = &h.outcome
-            {
+            if let HitOutcome::Forwarded { status, already_processed } = &h.outcome {
                 if accepted.contains(h.event_id.as_str()) {
                     dups += 1;
                 }
@@ -1857,16 +1447,10 @@ async fn verify_inner(
             }
         }
         rep.dup_received.insert(p.name, (dups, already));
-        let missing: Vec<&String> = db_event_ids
-            .iter()
-            .filter(|e| !accepted.contains(e.as_str()))
-            .collect();
+        let missing: Vec<&String> = db_event_ids.iter().filter(|e| !accepted.contains(e.as_str())).collect();
         lost.extend(missing.iter().map(|e| (i, (*e).clone())));
         let held = hits.iter().filter(|h| h.held).count();
-        let injected = hits
-            .iter()
-            .filter(|h| matches!(h.outcome, HitOutcome::Injected500))
-            .count();
+        let injected = hits.iter().filter(|h| matches!(h.outcome, HitOutcome::Injected500)).count();
         let unreachable: Vec<&str> = hits
             .iter()
             .filter_map(|h| match &h.outcome {
@@ -1890,37 +1474,23 @@ async fn verify_inner(
     // --- receivers ---------------------------------------------------------
     let api_videos = all_pages(|c| async move { client.list_videos(c.as_deref()).await }).await?;
     let db_videos = sql(db, "SELECT id, status, version FROM videos").await?;
-    let db_video: HashMap<&str, (&str, i64)> = db_videos
-        .iter()
-        .map(|r| (r[0].as_str(), (r[1].as_str(), r[2].parse().unwrap_or(-1))))
-        .collect();
+    let db_video: HashMap<&str, (&str, i64)> =
+        db_videos.iter().map(|r| (r[0].as_str(), (r[1].as_str(), r[2].parse().unwrap_or(-1)))).collect();
     let api_agree = api_videos.len() == db_videos.len()
-        && api_videos.iter().all(|v| {
-            db_video
-                .get(v.id.as_str())
-                .is_some_and(|(s, ver)| *s == v.status.as_str() && *ver == v.version)
-        });
+        && api_videos.iter().all(|v| db_video.get(v.id.as_str()).is_some_and(|(s, ver)| *s == v.status.as_str() && *ver == v.version));
     rep.check(
         "videos: database and GET /videos agree, all ready",
-        api_agree
-            && api_videos.len() == results.len()
-            && api_videos.iter().all(|v| v.status.as_str() == "ready"),
+        api_agree && api_videos.len() == results.len() && api_videos.iter().all(|v| v.status.as_str() == "ready"),
         format!("API {}, database {}", api_videos.len(), db_videos.len()),
     );
     for (i, rdb) in receiver_dbs.iter().enumerate() {
         let name = ["A", "B"].get(i).copied().unwrap_or("?");
         let seen = sql(rdb, "SELECT event_id, outcome FROM seen_events").await?;
         let seen_ids: HashSet<&str> = seen.iter().map(|r| r[0].as_str()).collect();
-        let missing_ids: Vec<&String> = db_event_ids
-            .iter()
-            .filter(|e| !seen_ids.contains(e.as_str()))
-            .collect();
+        let missing_ids: Vec<&String> = db_event_ids.iter().filter(|e| !seen_ids.contains(e.as_str())).collect();
         let missing = missing_ids.len();
         lost.extend(missing_ids.into_iter().map(|e| (i, e.clone())));
-        let unknown = seen_ids
-            .iter()
-            .filter(|e| !db_event_ids.contains(**e))
-            .count();
+        let unknown = seen_ids.iter().filter(|e| !db_event_ids.contains(**e)).count();
         let mut outcomes: BTreeMap<&str, usize> = BTreeMap::new();
         for r in &seen {
             *outcomes.entry(r[1].as_str()).or_default() += 1;
@@ -1928,25 +1498,23 @@ async fn verify_inner(
         rep.check(
             &format!("receiver {name} processed every event once (seen_events = the api's events)"),
             missing == 0 && unknown == 0,
-            format!(
-                "{} processed {outcomes:?}; {missing} missing, {unknown} unknown",
-                seen.len()
-            ),
+            format!("{} processed {outcomes:?}; {missing} missing, {unknown} unknown", seen.len()),
         );
-        let dup = sql_count(rdb, "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM applied_effects GROUP BY event_id HAVING count(*) > 1) d").await?;
+        let dup = sql_count(
+            rdb,
+            "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM applied_effects GROUP BY event_id HAVING count(*) > 1) d",
+        )
+        .await?;
         rep.dup_effects += dup;
         let effects = sql(rdb, "SELECT event_id, event_type FROM applied_effects").await?;
-        let ready_applied: HashMap<&str, usize> = effects
-            .iter()
-            .filter(|e| e[1] == "video.ready")
-            .fold(HashMap::new(), |mut m, e| {
-                *m.entry(e[0].as_str()).or_default() += 1;
-                m
-            });
-        let ready_once = ready_events
-            .iter()
-            .all(|e| ready_applied.get(e.as_str()) == Some(&1));
-        let stale_with_effect = sql_count(rdb, "SELECT count(*) FROM applied_effects a JOIN seen_events s USING (event_id) WHERE s.outcome <> 'applied'").await?;
+        let ready_applied: HashMap<&str, usize> = effects.iter().filter(|e| e[1] == "video.ready").fold(HashMap::new(), |mut m, e| {
+            *m.entry(e[0].as_str()).or_default() += 1;
+            m
+        });
+        let ready_once = ready_events.iter().all(|e| ready_applied.get(e.as_str()) == Some(&1));
+        let stale_with_effect =
+            sql_count(rdb, "SELECT count(*) FROM applied_effects a JOIN seen_events s USING (event_id) WHERE s.outcome <> 'applied'")
+                .await?;
         rep.check(
             &format!("receiver {name} applied each effect exactly once"),
             dup == 0 && ready_once && stale_with_effect == 0,
@@ -1954,13 +1522,9 @@ async fn verify_inner(
         );
         let rv = sql(rdb, "SELECT video_id, status, version FROM videos").await?;
         let agree = rv.len() == api_videos.len()
-            && rv.iter().all(|r| {
-                api_videos.iter().any(|v| {
-                    v.id.as_str() == r[0]
-                        && v.status.as_str() == r[1]
-                        && v.version.to_string() == r[2]
-                })
-            });
+            && rv
+                .iter()
+                .all(|r| api_videos.iter().any(|v| v.id.as_str() == r[0] && v.status.as_str() == r[1] && v.version.to_string() == r[2]));
         rep.check(
             &format!("receiver {name}'s videos agree with GET /videos (status and version)"),
             agree,
@@ -1973,55 +1537,30 @@ async fn verify_inner(
     let outbox = sql_count(db, "SELECT count(*) FROM outbox").await?;
     rep.check("outbox drained", outbox == 0, format!("{outbox} rows"));
     let findings = shared.findings.lock().unwrap().clone();
-    rep.check(
-        "no service or receiver exited unless killed by the run",
-        findings.is_empty(),
-        findings.join("; "),
-    );
+    rep.check("no service or receiver exited unless killed by the run", findings.is_empty(), findings.join("; "));
     let down_refused = sql_count(
         db,
-        &format!("SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{}' AND response_status IS NULL", endpoints.first().map(EndpointId::as_str).unwrap_or("")),
+        &format!(
+            "SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{}' AND response_status IS NULL",
+            endpoints.first().map(EndpointId::as_str).unwrap_or("")
+        ),
     )
     .await?;
-    let injected_500: usize = shared
-        .proxies
-        .iter()
-        .map(|p| {
-            p.hits()
-                .iter()
-                .filter(|h| matches!(h.outcome, HitOutcome::Injected500))
-                .count()
-        })
-        .sum();
-    let windows_ran = faults.iter().any(|f| f.kind == FaultKind::ReceiverDown)
-        && faults.iter().any(|f| f.kind == FaultKind::Receiver500);
+    let injected_500: usize =
+        shared.proxies.iter().map(|p| p.hits().iter().filter(|h| matches!(h.outcome, HitOutcome::Injected500)).count()).sum();
+    let windows_ran = faults.iter().any(|f| f.kind == FaultKind::ReceiverDown) && faults.iter().any(|f| f.kind == FaultKind::Receiver500);
     rep.check(
         "the receiver faults met deliveries (A refused attempts, B answered 500)",
         windows_ran && down_refused > 0 && injected_500 > 0,
         format!("{down_refused} attempts to A failed without an HTTP answer, {injected_500} answered 500 at B"),
     );
-    let bad: Vec<String> = faults
-        .iter()
-        .filter_map(|f| f.error.as_ref().map(|e| format!("{}: {e}", f.kind.label())))
-        .collect();
-    rep.check(
-        "every fault injected or skipped with a reason",
-        bad.is_empty(),
-        bad.join("; "),
-    );
-    let idle: Vec<&str> = faults
-        .iter()
-        .filter(|f| f.detail.contains("killed idle"))
-        .map(|f| f.kind.label())
-        .collect();
+    let bad: Vec<String> = faults.iter().filter_map(|f| f.error.as_ref().map(|e| format!("{}: {e}", f.kind.label()))).collect();
+    rep.check("every fault injected or skipped with a reason", bad.is_empty(), bad.join("; "));
+    let idle: Vec<&str> = faults.iter().filter(|f| f.detail.contains("killed idle")).map(|f| f.kind.label()).collect();
     rep.check(
         "kills hit work in flight (mid-job, mid-attempt)",
         idle.is_empty(),
-        if idle.is_empty() {
-            String::new()
-        } else {
-            format!("idle: {idle:?}")
-        },
+        if idle.is_empty() { String::new() } else { format!("idle: {idle:?}") },
     );
     let log_dir = shared.stack.lock().await.log_dir().to_path_buf();
     let mut panics = Vec::new();

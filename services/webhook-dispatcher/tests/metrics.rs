@@ -1,0 +1,101 @@
+//! `GET /metrics` on the dispatcher's health server: the counters move with
+//! real deliveries. Its own test binary, so the process-wide recorder sees
+//! only this test's traffic and the values can be asserted exactly.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+
+/// `GET path` on a local address; returns the status, the `Content-Type` and the body.
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-type: ").or_else(|| l.strip_prefix("Content-Type: ")))
+        .unwrap_or_default()
+        .to_owned();
+    (status, content_type, body.to_owned())
+}
+
+/// The value of the sample `name{labels…}` whose labels include every one of
+/// `labels` (`key="value"` pairs, any order); `None` if absent.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        if metric != name {
+            return None;
+        }
+        labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_move_with_deliveries() {
+    let w = World::new(&[("dispatcher.retry_backlog_interval_ms", "200")]).await;
+    // First attempt 500, the retry 200.
+    let rx = Receiver::start(Arc::new(|_, prior| Reply::Status(if prior == 0 { 500 } else { 200 }, vec![]))).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    let queue = format!("{}.webhook.events", w.prefix);
+
+    let (status, content_type, before) = http_get(d.health, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert_eq!(sample(&before, "webhook_delivery_attempts_total", &[("outcome", "succeeded")]), None, "{before}");
+
+    w.publish().await;
+    eventually(Duration::from_secs(30), "delivered after one retry", || async {
+        let d = w.deliveries(&endpoint).await;
+        (d.len() == 1 && d[0].status == "succeeded").then_some(())
+    })
+    .await;
+
+    let (_, _, after) = http_get(d.health, "/metrics").await;
+    assert_eq!(sample(&after, "webhook_delivery_attempts_total", &[("outcome", "http_5xx")]), Some(1.0), "{after}");
+    assert_eq!(sample(&after, "webhook_delivery_attempts_total", &[("outcome", "succeeded")]), Some(1.0), "{after}");
+    // ≥: the other test of this binary may be sending too.
+    assert!(sample(&after, "webhook_delivery_attempt_duration_seconds_count", &[]).unwrap_or(0.0) >= 2.0, "{after}");
+    assert_eq!(sample(&after, "amqp_messages_consumed_total", &[("queue", &queue), ("outcome", "ack")]), Some(1.0), "{after}");
+    // The backlog gauge is refreshed every 200 ms here; after the success nothing waits for a retry.
+    let backlog = eventually(Duration::from_secs(10), "backlog gauge back to 0", || async {
+        let (_, _, text) = http_get(d.health, "/metrics").await;
+        sample(&text, "webhook_retry_backlog", &[]).filter(|v| *v == 0.0)
+    })
+    .await;
+    assert_eq!(backlog, 0.0);
+    assert_eq!(rx.received().len(), 2);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gone_endpoint_is_counted_as_disabled() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(410).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    eventually(Duration::from_secs(30), "endpoint disabled", || async {
+        (w.endpoint_state(&endpoint).await.0 == "disabled").then_some(())
+    })
+    .await;
+    // The counter is bumped right after the disabling transaction commits.
+    let text = eventually(Duration::from_secs(10), "disabled counter", || async {
+        let (_, _, text) = http_get(d.health, "/metrics").await;
+        sample(&text, "webhook_endpoints_disabled_total", &[("reason", "gone")]).map(|_| text)
+    })
+    .await;
+    assert_eq!(sample(&text, "webhook_endpoints_disabled_total", &[("reason", "gone")]), Some(1.0), "{text}");
+    assert!(sample(&text, "webhook_delivery_attempts_total", &[("outcome", "http_4xx")]).unwrap_or(0.0) >= 1.0, "{text}");
+    d.stop().await;
+}
