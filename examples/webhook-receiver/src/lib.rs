@@ -115,11 +115,35 @@ impl App {
 }
 
 /// Creates the database named in `url` if missing and applies the migrations.
+/// Any failure (typically an unreachable database) is retried with backoff for
+/// [`PREPARE_PATIENCE`], the cause logged each time; then the last error is
+/// returned.
 pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
-    db::ensure_database(url).await?;
-    let applied = db::migrate(url).await?;
-    if !applied.is_empty() {
-        tracing::info!(?applied, "applied migrations");
+    // The database may be starting or restarting alongside us (compose, a pod
+    // rollout, a failover): retry for up to PREPARE_PATIENCE before giving up.
+    let started = std::time::Instant::now();
+    let mut backoff = std::time::Duration::from_millis(250);
+    loop {
+        let attempt = async {
+            db::ensure_database(url).await?;
+            db::migrate(url).await
+        };
+        match attempt.await {
+            Ok(applied) => {
+                if !applied.is_empty() {
+                    tracing::info!(?applied, "applied migrations");
+                }
+                return Ok(());
+            }
+            Err(e) if started.elapsed() < PREPARE_PATIENCE => {
+                tracing::warn!(error = %format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "database not ready; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
     }
-    Ok(())
 }
+
+/// How long [`prepare_database`] keeps retrying an unreachable database.
+pub const PREPARE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
