@@ -42,14 +42,12 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// Starts the three services and creates a tenant. `extra_env` overrides settings
-    /// (`VID__SECTION__KEY`).
-    pub async fn start(extra_env: &[(&str, &str)]) -> Stack {
-        let database_url = vid_testkit::fresh_database().await;
-        let prefix = vid_testkit::unique_prefix();
+    /// The environment of the three services (test profile, `database_url`,
+    /// queue `prefix`, free loopback ports, `extra_env` last so it overrides),
+    /// with logs in `log_dir`; nothing started yet.
+    fn configure(database_url: String, prefix: String, log_dir: PathBuf, extra_env: &[(&str, &str)]) -> Stack {
         let port = free_port();
         let root = vid_testkit::repo_root();
-        let log_dir = root.join(".local/test-logs").join(&prefix);
         std::fs::create_dir_all(&log_dir).unwrap();
         let mut env: Vec<(String, String)> = vid_testkit::stack_env().into_iter().collect();
         env.extend([
@@ -65,14 +63,16 @@ impl Stack {
         for (k, v) in extra_env {
             env.push(((*k).into(), (*v).into()));
         }
-        let mut stack = Stack {
-            api_url: format!("http://127.0.0.1:{port}"),
-            api_key: String::new(),
-            database_url,
-            env,
-            children: HashMap::new(),
-            log_dir,
-        };
+        Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir }
+    }
+
+    /// Starts the three services and creates a tenant. `extra_env` overrides settings
+    /// (`VID__SECTION__KEY`).
+    pub async fn start(extra_env: &[(&str, &str)]) -> Stack {
+        let database_url = vid_testkit::fresh_database().await;
+        let prefix = vid_testkit::unique_prefix();
+        let log_dir = vid_testkit::repo_root().join(".local/test-logs").join(&prefix);
+        let mut stack = Stack::configure(database_url, prefix, log_dir, extra_env);
         stack.api_key = stack.create_tenant("e2e");
         for name in ["api", "transcoder", "webhook-dispatcher"] {
             stack.spawn(name);
@@ -352,32 +352,7 @@ impl Stack {
     /// on a private PostgreSQL and RabbitMQ (`VID__AMQP__URL` in `extra_env`)
     /// that it may restart.
     pub async fn start_on(database_url: String, log_dir: PathBuf, extra_env: &[(&str, &str)]) -> Stack {
-        let prefix = vid_testkit::unique_prefix();
-        let port = free_port();
-        let root = vid_testkit::repo_root();
-        std::fs::create_dir_all(&log_dir).unwrap();
-        let mut env: Vec<(String, String)> = vid_testkit::stack_env().into_iter().collect();
-        env.extend([
-            ("VID_PROFILE".into(), "test".into()),
-            ("VID_CONFIG_DIR".into(), root.join("config").display().to_string()),
-            ("VID__DATABASE__URL".into(), database_url.clone()),
-            ("VID__AMQP__PREFIX".into(), prefix.clone()),
-            ("VID__API__LISTEN".into(), format!("127.0.0.1:{port}")),
-            ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
-            ("VID__TRANSCODER__WORK_DIR".into(), std::env::temp_dir().join(format!("vid-{prefix}")).display().to_string()),
-            ("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
-        ]);
-        for (k, v) in extra_env {
-            env.push(((*k).into(), (*v).into()));
-        }
-        let mut stack = Stack {
-            api_url: format!("http://127.0.0.1:{port}"),
-            api_key: String::new(),
-            database_url,
-            env,
-            children: HashMap::new(),
-            log_dir,
-        };
+        let mut stack = Stack::configure(database_url, vid_testkit::unique_prefix(), log_dir, extra_env);
         // With `VID__TELEMETRY__*` raised in `extra_env`, log lines precede the key on stdout.
         let out = stack.create_tenant("chaos");
         stack.api_key = out.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or_default().to_owned();
