@@ -7,12 +7,23 @@
 //!    per second against that URL (empty or unparseable: no ratio).
 //! 2. A fresh database and amqp prefix, one tenant, `ENDPOINTS` endpoints
 //!    (default 1) at the receiver, an in-process dispatcher.
-//! 3. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as
+//! 3. Ceilings of the other two parts every delivery goes through, measured
+//!    in this same run so the ratio can be read against them:
+//!    - broker: the same `EventPublished` messages through the same route
+//!      (events exchange → durable quorum queue, publisher confirms, same
+//!      `PUBLISH_CONCURRENCY`) to a consumer that acks them in batches
+//!      (`PREFETCH`), under a second amqp prefix; messages/s;
+//!    - database: the dispatcher's own statements for a delivery, without
+//!      HTTP or RabbitMQ, in a second fresh database: fan-in batch
+//!      ([`fanin::fan_in_batch`]), claim ([`store::claim`]), record
+//!      ([`store::record_successes`]), `BATCH_SIZE` deliveries a round,
+//!      two workers at once (two cores); deliveries/s.
+//! 4. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as
 //!    fast as the broker confirms them (`PUBLISH_CONCURRENCY` in flight,
 //!    default 256, each publish awaiting its own confirm) and waits until every
 //!    delivery has been received. Throughput = deliveries / (last receipt −
 //!    first publish).
-//! 4. Paced: publishes at half the burst throughput (each publish scheduled
+//! 5. Paced: publishes at half the burst throughput (each publish scheduled
 //!    on its own, so confirms do not slow the pace) for about 8 s.
 //!
 //! Latency = first receipt of a delivery − the instant just before its
@@ -45,7 +56,8 @@ use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, 
 use vid_db::seal::SealingKey;
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
 use vid_infra::ExposeSecret;
-use vid_webhook_dispatcher::{Dispatcher, Settings};
+use vid_webhook_dispatcher::store::{self, AttemptRecord};
+use vid_webhook_dispatcher::{fanin, Dispatcher, Settings};
 use vid_webhooks::Secret;
 
 /// `(webhook-id, arrival)` of every request, in arrival order.
@@ -158,6 +170,136 @@ impl Bench {
     }
 }
 
+fn bench_event(tenant: &TenantId) -> EventPublished {
+    let event = Event {
+        id: EventId::generate(),
+        type_: EventType::VideoReady,
+        created: Utc::now().timestamp(),
+        data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
+    };
+    let payload = serde_json::to_string(&event).unwrap();
+    EventPublished { tenant_id: tenant.clone(), event, payload }
+}
+
+/// Broker ceiling: `n` messages published through `prefix`'s events exchange
+/// into its quorum queue (`concurrency` confirms in flight) and consumed
+/// with `prefetch` and one `multiple` ack per batch. Messages/s from the
+/// first publish to the last message received.
+async fn broker_ceiling(settings: &Settings, n: usize, concurrency: usize, prefetch: u16) -> f64 {
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+    let prefix = vid_testkit::unique_prefix();
+    let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
+    let publisher = Arc::new(Publisher::new(&amqp).await.unwrap());
+    let topology = Topology::new(&prefix);
+    topology.declare(publisher.channel()).await.unwrap();
+    let channel = amqp.create_channel().await.unwrap();
+    channel.basic_qos(prefetch, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = channel
+        .basic_consume(&topology.webhook_events(), "bench-ceiling", BasicConsumeOptions::default(), Default::default())
+        .await
+        .unwrap();
+    let tenant = TenantId::generate();
+    let start = Instant::now();
+    let exchange = topology.events_exchange();
+    let publishing = tokio::spawn({
+        let publisher = publisher.clone();
+        async move {
+            futures::stream::iter(0..n)
+                .map(|_| {
+                    let (publisher, exchange, msg) = (publisher.clone(), exchange.clone(), bench_event(&tenant));
+                    async move {
+                        let id = msg.event.id.as_str().to_owned();
+                        publisher.publish_json(&exchange, RK_EVENT, &msg, Some(&id)).await.expect("publish")
+                    }
+                })
+                .buffer_unordered(concurrency.max(1))
+                .collect::<Vec<_>>()
+                .await;
+        }
+    });
+    let mut received = 0;
+    while received < n {
+        let first = consumer.next().await.expect("consumer").expect("delivery");
+        let mut last = first.delivery_tag;
+        received += 1;
+        while let Some(Some(Ok(d))) = futures::FutureExt::now_or_never(consumer.next()) {
+            last = d.delivery_tag;
+            received += 1;
+        }
+        channel.basic_ack(last, BasicAckOptions { multiple: true }).await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    publishing.await.unwrap();
+    let ch = publisher.channel();
+    for q in [topology.webhook_events(), topology.transcode_jobs(), topology.transcode_dead(), topology.transcode_reports()] {
+        let _ = ch.queue_delete(&q, Default::default()).await;
+    }
+    let _ = amqp.close(200, "done").await;
+    n as f64 / elapsed.as_secs_f64()
+}
+
+/// Database ceiling: in a second fresh database with one tenant and one
+/// enabled endpoint, `workers` tasks each repeat fan-in of `batch` new
+/// events, a claim of up to `batch`, and recording those as successes,
+/// until `n` deliveries are recorded. Deliveries/s.
+async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: usize) -> f64 {
+    let db_url = vid_testkit::fresh_database().await;
+    let mut db_settings = settings.database.clone();
+    db_settings.url = db_url.clone().into();
+    let pool = vid_db::pool(&db_settings).unwrap();
+    let tenant = TenantId::generate();
+    let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
+    diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant), tenants::name.eq("ceiling"))).execute(&mut conn).await.unwrap();
+    diesel::insert_into(ep::table)
+        .values((
+            ep::id.eq(EndpointId::generate()),
+            ep::tenant_id.eq(&tenant),
+            ep::url.eq("http://127.0.0.1:9/never-called"),
+            ep::signature_format.eq("webhook-signature"),
+            ep::status.eq("enabled"),
+            ep::secret_sealed.eq(vec![0u8; 16]),
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let recorded = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (pool, tenant, recorded) = (pool.clone(), tenant.clone(), recorded.clone());
+        tasks.spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            while std::sync::atomic::AtomicUsize::load(&recorded, SeqCst) < n {
+                let messages: Vec<EventPublished> = (0..batch).map(|_| bench_event(&tenant)).collect();
+                fanin::fan_in_batch(&pool, &messages).await.unwrap();
+                let mut conn = pool.get().await.unwrap();
+                let claimed = store::claim(&mut conn, i32::MAX, batch as i32, 60_000).await.unwrap();
+                let now = Utc::now();
+                let rows: Vec<_> = claimed
+                    .into_iter()
+                    .map(|c| {
+                        let record = AttemptRecord {
+                            started_at: now,
+                            duration_ms: 1,
+                            response_status: Some(200),
+                            error_class: None,
+                            error_detail: None,
+                            response_body: Some("ok".into()),
+                            success: true,
+                            retry_in: None,
+                        };
+                        (c, record)
+                    })
+                    .collect();
+                let done = store::record_successes(&mut conn, &rows).await.unwrap();
+                recorded.fetch_add(done, SeqCst);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    std::sync::atomic::AtomicUsize::load(&recorded, std::sync::atomic::Ordering::SeqCst) as f64 / start.elapsed().as_secs_f64()
+}
+
 #[tokio::main]
 async fn main() {
     let events: usize = env_or("EVENTS", 4000);
@@ -200,6 +342,10 @@ async fn main() {
         ("dispatcher.prefetch", &prefetch_s),
     ];
     let settings: Settings = vid_testkit::settings(&overrides);
+
+    // 3. Ceilings of the broker and of the database, before the dispatcher runs.
+    let broker_rate = broker_ceiling(&settings, events, publish_concurrency, prefetch).await;
+    let database_rate = database_ceiling(&settings, events, batch as usize, 2).await;
     let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
     let publisher = Publisher::new(&amqp).await.unwrap();
     Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
@@ -239,7 +385,7 @@ async fn main() {
     }
     bench.collect(&warm, Duration::from_secs(60)).await;
 
-    // 3. Burst.
+    // 4. Burst.
     let start = Instant::now();
     let published: HashMap<String, Instant> = futures::stream::iter(0..events)
         .map(|_| {
@@ -256,7 +402,7 @@ async fn main() {
     let rate = deliveries as f64 / span.as_secs_f64().max(1e-9);
     lat.sort();
 
-    // 4. Paced at half the burst throughput (in events/s: deliveries / endpoints).
+    // 5. Paced at half the burst throughput (in events/s: deliveries / endpoints).
     let paced_rate = (rate / 2.0 / endpoints as f64).max(1.0);
     let paced_n = ((paced_rate * 8.0) as usize).clamp(200, events);
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
@@ -298,6 +444,20 @@ async fn main() {
             println!("wrk against the same receiver: {w:.0} requests/s; ratio dispatcher/wrk = {:.4} ({:.2} %)", rate / w, 100.0 * rate / w)
         }
         _ => println!("wrk: no figure given on stdin; no ratio"),
+    }
+    // One message carries an event to every endpoint: the broker's bound in deliveries/s.
+    let broker_deliveries = broker_rate * endpoints as f64;
+    let bound = broker_deliveries.min(database_rate);
+    println!(
+        "ceilings in this run: broker {broker_rate:.0} messages/s = {broker_deliveries:.0} deliveries/s at {endpoints} endpoint(s) per event (publish → consume, quorum queue, confirms); database {database_rate:.0} deliveries/s (fan-in + claim + record, no HTTP); dispatcher = {:.1} % of the lower one",
+        100.0 * rate / bound
+    );
+    if let Some(w) = wrk_rps.filter(|w| *w > 0.0) {
+        println!(
+            "upper bound on the ratio from those ceilings alone: {:.4} ({:.1} % of wrk), before any HTTP, signing or CPU shared between them",
+            bound / w,
+            100.0 * bound / w
+        );
     }
     println!(
         "burst latency publish → receipt: p50 {} p99 {} max {}",

@@ -14,7 +14,8 @@
 //!   are recorded one transaction each, concurrently, since they may disable
 //!   an endpoint.
 //! - Claims are leases ([`store::claim`]): a crashed replica's deliveries are
-//!   retried once its leases expire, and several replicas never run the same
+//!   retried once its leases expire (put back every second by
+//!   [`store::release_expired`]), and several replicas never run the same
 //!   attempt twice.
 //! - Per-endpoint concurrency is bounded in the claim itself, so a slow
 //!   endpoint holds at most `per_endpoint_concurrency` slots and never blocks
@@ -63,6 +64,11 @@ type Leases = Arc<Mutex<HashMap<DeliveryId, DateTime<Utc>>>>;
 /// At most this many finished attempts are recorded per statement.
 const RECORD_BATCH: usize = 512;
 
+/// How often expired leases are put back ([`store::release_expired`]): a
+/// crashed replica's deliveries are claimable at most this long after their
+/// lease ran out.
+const EXPIRED_LEASE_SWEEP: Duration = Duration::from_secs(1);
+
 /// A finished attempt on its way to the recorder, with the in-process slot
 /// it holds until its outcome is recorded.
 struct Done {
@@ -97,11 +103,16 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
     let recorder = tokio::spawn(recorder(ctx.clone(), done_rx, leases.clone()));
     let mut tasks = JoinSet::new();
     let lease_ms = i64::try_from(s.lease().as_millis()).unwrap_or(i64::MAX);
+    let mut last_sweep: Option<tokio::time::Instant> = None;
     loop {
         if *shutdown.borrow() {
             break;
         }
         while tasks.try_join_next().is_some() {}
+        if last_sweep.is_none_or(|t| t.elapsed() >= EXPIRED_LEASE_SWEEP) {
+            last_sweep = Some(tokio::time::Instant::now());
+            release_expired(&ctx).await;
+        }
         let free = slots.available_permits().min(s.batch_size.max(1) as usize);
         let mut claimed_all = false;
         if free > 0 {
@@ -174,6 +185,20 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             },
             Err(e) => tracing::warn!(error = %e, "releasing leases failed; they expire on their own"),
         }
+    }
+}
+
+/// [`store::release_expired`]; a failure is logged and retried at the next sweep.
+async fn release_expired(ctx: &Context) {
+    let result = async {
+        let mut conn = ctx.db.get().await?;
+        anyhow::Ok(store::release_expired(&mut conn).await?)
+    }
+    .await;
+    match result {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(released = n, "put expired leases back"),
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "putting expired leases back failed"),
     }
 }
 

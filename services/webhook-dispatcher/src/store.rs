@@ -71,10 +71,13 @@ impl Claimed {
 ///
 /// Runs under a transaction-scoped advisory lock, so two replicas' claims do
 /// not interleave (a claim is one short statement). Endpoints that answered
-/// 429/503 are skipped until their `throttled_until`. Its cost grows with
-/// the number of endpoints that have pending deliveries, not with their
-/// backlogs (index skip scan, then an index range scan per endpoint; see
-/// migration `2026-11-29-000030_dispatcher_due_notify`).
+/// 429/503 are skipped until their `throttled_until`. Only unleased
+/// deliveries are claimed; expired leases are first put back by
+/// [`release_expired`]. Its cost grows with the number of endpoints that
+/// have claimable deliveries, not with their backlogs nor with what is in
+/// flight (index skip scan, then an index range scan per endpoint, both on
+/// the partial index `webhook_deliveries_claimable`; see migration
+/// `2026-11-30-000040_dispatcher_claimable_index`).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     use diesel_async::scoped_futures::ScopedFutureExt;
     use diesel_async::AsyncConnection;
@@ -84,12 +87,13 @@ pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, 
             diesel::sql_query(
                 r#"
 WITH RECURSIVE pending_endpoints(endpoint_id) AS (
-    -- Every endpoint with a pending delivery, by a skip scan of the partial
-    -- index webhook_deliveries_endpoint_due: one index probe per endpoint,
+    -- Every endpoint with a claimable delivery, by a skip scan of the partial
+    -- index webhook_deliveries_claimable: one index probe per endpoint,
     -- however long each endpoint's backlog is.
-    SELECT min(endpoint_id) FROM webhook_deliveries WHERE status = 'pending'
+    SELECT min(endpoint_id) FROM webhook_deliveries WHERE status = 'pending' AND locked_until IS NULL
     UNION ALL
-    SELECT (SELECT min(d.endpoint_id) FROM webhook_deliveries d WHERE d.status = 'pending' AND d.endpoint_id > p.endpoint_id)
+    SELECT (SELECT min(d.endpoint_id) FROM webhook_deliveries d
+            WHERE d.status = 'pending' AND d.locked_until IS NULL AND d.endpoint_id > p.endpoint_id)
     FROM pending_endpoints p WHERE p.endpoint_id IS NOT NULL
 ),
 open_endpoints AS (
@@ -107,8 +111,8 @@ chosen AS (
     CROSS JOIN LATERAL (
         SELECT d.id, d.next_attempt_at
         FROM webhook_deliveries d
-        WHERE d.endpoint_id = o.endpoint_id AND d.status = 'pending' AND d.next_attempt_at <= now()
-          AND (d.locked_until IS NULL OR d.locked_until < now())
+        WHERE d.endpoint_id = o.endpoint_id AND d.status = 'pending' AND d.locked_until IS NULL
+          AND d.next_attempt_at <= now()
         ORDER BY d.next_attempt_at, d.id
         LIMIT GREATEST(o.free, 0)
     ) c
@@ -118,7 +122,7 @@ chosen AS (
 UPDATE webhook_deliveries d
 SET locked_until = now() + $3 * interval '1 millisecond', updated_at = now()
 FROM chosen
-WHERE d.id = chosen.id
+WHERE d.id = chosen.id AND d.locked_until IS NULL
 RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_count, d.manual_retry, d.locked_until
 "#,
             )
@@ -130,6 +134,23 @@ RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_cou
         }
         .scope_boxed()
     })
+    .await
+}
+
+/// Puts expired leases back (a crashed or stalled replica's deliveries):
+/// every `pending` delivery whose `locked_until` has passed gets
+/// `locked_until = NULL`, which makes it claimable again (and notifies
+/// every dispatcher through the `webhook_deliveries_due` trigger). The old
+/// holder's token no longer matches, so if it still records an outcome it
+/// finds its lease lost, as when another replica claims it. One statement
+/// on the partial index `webhook_deliveries_leased` (in-flight rows only).
+/// Returns how many leases were released.
+pub async fn release_expired(conn: &mut AsyncPgConnection) -> QueryResult<usize> {
+    diesel::sql_query(
+        "UPDATE webhook_deliveries SET locked_until = NULL, updated_at = now() \
+         WHERE status = 'pending' AND locked_until IS NOT NULL AND locked_until < now()",
+    )
+    .execute(conn)
     .await
 }
 

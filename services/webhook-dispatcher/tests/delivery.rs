@@ -473,3 +473,48 @@ async fn failing_without_success_for_the_window_disables_the_endpoint() {
     assert_eq!(w.deliveries(&bad_ep).await[0].status, "paused", "the unfinished delivery is kept");
     d.stop().await;
 }
+
+/// A lease that runs out (its holder crashed or stalled) is not claimable
+/// until `release_expired` puts it back; then it is claimed again under a
+/// new token, and the old holder can no longer record an outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_are_put_back_and_the_old_token_is_void() {
+    use vid_webhook_dispatcher::store;
+    let w = World::new(&[]).await;
+    let (_endpoint, _) = w.endpoint("http://127.0.0.1:9/never-called").await;
+    let (_event_id, payload) = w.publish().await;
+    let pool = vid_db::pool(&w.settings.database).unwrap();
+    let msg = vid_core::messages::EventPublished {
+        tenant_id: w.tenant.clone(),
+        event: serde_json::from_str(&payload).unwrap(),
+        payload: payload.clone(),
+    };
+    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 1);
+    let mut conn = w.conn().await;
+
+    let first = store::claim(&mut conn, 8, 10, 200).await.unwrap();
+    assert_eq!(first.len(), 1, "the due delivery is claimed");
+    assert!(store::claim(&mut conn, 8, 10, 200).await.unwrap().is_empty(), "a leased delivery is not claimed twice");
+    assert_eq!(store::release_expired(&mut conn).await.unwrap(), 0, "a live lease stays");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(store::claim(&mut conn, 8, 10, 200).await.unwrap().is_empty(), "an expired lease waits for the sweep");
+    assert_eq!(store::release_expired(&mut conn).await.unwrap(), 1);
+    let second = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
+    assert_eq!(second.len(), 1, "claimable again after the sweep");
+    assert_eq!(second[0].id, first[0].id);
+    assert_ne!(second[0].locked_until, first[0].locked_until, "a new token");
+
+    let ok = store::AttemptRecord {
+        started_at: Utc::now(),
+        duration_ms: 1,
+        response_status: Some(200),
+        error_class: None,
+        error_detail: None,
+        response_body: None,
+        success: true,
+        retry_in: None,
+    };
+    assert_eq!(store::record_successes(&mut conn, &[(first[0].clone(), ok.clone())]).await.unwrap(), 0, "the old token is void");
+    assert_eq!(store::record_successes(&mut conn, &[(second[0].clone(), ok)]).await.unwrap(), 1, "the new holder records");
+}
