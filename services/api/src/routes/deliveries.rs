@@ -380,14 +380,24 @@ async fn retry_delivery(state: web::Data<AppState>, tenant: Tenant, path: web::P
     }
     let mut conn = state.db.get().await?;
     let target = dl::table.filter(dl::id.eq(&delivery_id)).filter(dl::endpoint_id.eq(&id)).filter(dl::tenant_id.eq(&tenant.id));
-    let current: String = target.select(dl::status).first(&mut conn).await.optional()?.ok_or(ApiError::NotFound("delivery"))?;
     let now = Utc::now();
-    let once = matches!(current.as_str(), "failed" | "succeeded");
-    diesel::update(target)
-        .set((dl::status.eq("pending"), dl::next_attempt_at.eq(now), dl::manual_retry.eq(once), dl::updated_at.eq(now)))
-        .execute(&mut conn)
-        .await?;
-    let row: DeliveryRow = target.select(DeliveryRow::as_select()).first(&mut conn).await?;
+    // One statement, answered with the row it wrote: the dispatcher is
+    // notified at commit and may have sent (and recorded) the attempt before
+    // a second read, which would then no longer show what this call did.
+    // `manual_retry` reads the status from before the update (SQL `SET`
+    // expressions see the old row): one more attempt for `failed`/`succeeded`.
+    let row: DeliveryRow = diesel::update(target)
+        .set((
+            dl::status.eq("pending"),
+            dl::next_attempt_at.eq(now),
+            dl::manual_retry.eq(dl::status.eq_any(["failed", "succeeded"])),
+            dl::updated_at.eq(now),
+        ))
+        .returning(DeliveryRow::as_returning())
+        .get_result(&mut conn)
+        .await
+        .optional()?
+        .ok_or(ApiError::NotFound("delivery"))?;
     let mut attempts = attempts_of(&mut conn, &[row.id.to_string()]).await?;
     let a = attempts.remove(row.id.as_str()).unwrap_or_default();
     Ok(HttpResponse::Accepted().json(DeliveryView::new(row, a)))
