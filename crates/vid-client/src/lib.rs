@@ -24,7 +24,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint};
+use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, EndpointSummary};
 use vid_core::event::Event;
 use vid_core::operation::{Operation, WaitOperation, WaitResponse};
 use vid_core::upload::{CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, UploadState};
@@ -302,13 +302,13 @@ impl Client {
         Ok(self.call(Method::POST, "/webhook-endpoints", Some(req), &[]).await?.0)
     }
 
-    /// `GET /webhook-endpoints`.
-    pub async fn list_endpoints(&self) -> Result<Page<Endpoint>, ClientError> {
+    /// `GET /webhook-endpoints`: every endpoint, newest first, each with its delivery health.
+    pub async fn list_endpoints(&self) -> Result<Page<EndpointSummary>, ClientError> {
         self.get("/webhook-endpoints").await
     }
 
-    /// `GET /webhook-endpoints/{id}`.
-    pub async fn get_endpoint(&self, id: &EndpointId) -> Result<Endpoint, ClientError> {
+    /// `GET /webhook-endpoints/{id}`: the endpoint with its delivery health.
+    pub async fn get_endpoint(&self, id: &EndpointId) -> Result<EndpointSummary, ClientError> {
         self.get(&format!("/webhook-endpoints/{id}")).await
     }
 

@@ -91,6 +91,39 @@ pub struct Endpoint {
     pub created_at: DateTime<Utc>,
 }
 
+/// Delivery health of one endpoint over its latest 100 deliveries, as
+/// `GET /webhook-endpoints` and `GET /webhook-endpoints/{id}` show it (the
+/// api computes it from the dispatcher's delivery log).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EndpointHealth {
+    /// How many of the latest 100 deliveries have had at least one attempt.
+    pub recent_deliveries: i64,
+    /// How many of those are `succeeded`.
+    pub recent_succeeded: i64,
+    /// `recent_succeeded / recent_deliveries`, from 0 to 1; `null` when nothing was attempted yet.
+    /// A delivery still retrying counts as not (yet) succeeded.
+    pub success_rate: Option<f64>,
+    /// When the latest attempt among those deliveries ran (RFC 3339); `null` if none.
+    pub last_attempt_at: Option<DateTime<Utc>>,
+    /// The HTTP status that attempt got, if the endpoint answered.
+    pub last_attempt_status: Option<i32>,
+    /// That attempt's error class (`dns`, `connect`, `timeout`, `tls`, `blocked_address`,
+    /// `redirect`, `http`); `null` if it succeeded or there is none.
+    pub last_attempt_error_class: Option<String>,
+}
+
+/// An endpoint with its delivery health: the fields of [`Endpoint`] plus `health`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EndpointSummary {
+    /// The endpoint's fields.
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// Success rate and last attempt over the latest deliveries.
+    pub health: EndpointHealth,
+}
+
 /// `201` answer to `POST /webhook-endpoints`: the endpoint plus its signing
 /// secret, shown this once. The secret is `whsec_` + base64 of ≥ 24 random
 /// bytes; the HMAC key is the decoded bytes (Standard Webhooks convention).

@@ -36,6 +36,11 @@ async fn disabled_endpoint_keeps_its_backlog_until_enabled() {
     assert_eq!(body["status"], "disabled");
     assert!(body["disabled_reason"].as_str().unwrap().contains("410"));
     assert!(body["disabled_at"].is_string());
+    // The single endpoint carries its delivery health, like the list.
+    let h = &body["health"];
+    assert_eq!((h["recent_deliveries"].as_i64(), h["recent_succeeded"].as_i64()), (Some(1), Some(0)), "{h}");
+    assert_eq!(h["success_rate"].as_f64(), Some(0.0));
+    assert_eq!((h["last_attempt_status"].as_i64(), h["last_attempt_error_class"].as_str()), (Some(410), Some("http")), "{h}");
 
     // Events while disabled: kept as paused, not sent.
     let mut backlog = vec![first];
@@ -75,6 +80,19 @@ async fn disabled_endpoint_keeps_its_backlog_until_enabled() {
     for r in rx.received() {
         verify(&r, &[&secret]).unwrap();
     }
+    let (status, body) = api.call("GET", &format!("/webhook-endpoints/{endpoint}"), None).await;
+    assert_eq!(status, 200);
+    let h = &body["health"];
+    assert_eq!(
+        (h["recent_deliveries"].as_i64(), h["recent_succeeded"].as_i64(), h["success_rate"].as_f64()),
+        (Some(4), Some(4), Some(1.0)),
+        "{h}"
+    );
+    assert_eq!(h["last_attempt_status"].as_i64(), Some(200));
+    assert!(h["last_attempt_error_class"].is_null() && h["last_attempt_at"].is_string(), "{h}");
+    let (status, list) = api.call("GET", "/webhook-endpoints", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["data"][0]["health"], *h, "the list shows the same health");
     d.stop().await;
 }
 

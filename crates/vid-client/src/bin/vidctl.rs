@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use vid_client::upload::{Progress, Uploader};
 use vid_client::{Client, ClientError, DeliveryFilter, EndpointChanges, Page};
-use vid_core::endpoint::{CreateEndpoint, Endpoint, EndpointStatus, SignatureFormat};
+use vid_core::endpoint::{CreateEndpoint, Endpoint, EndpointHealth, EndpointStatus, SignatureFormat};
 use vid_core::event::{Event, EventData, EventType};
 use vid_core::operation::{Operation, OperationStatus, Phase};
 use vid_core::upload::UploadState;
@@ -551,6 +551,17 @@ fn print_endpoint(e: &Endpoint) {
     ]);
 }
 
+/// `97 % of 100 (last: HTTP 200 at …)`, or `-` before any attempt.
+fn health_line(h: &EndpointHealth) -> String {
+    let Some(rate) = h.success_rate else { return "-".into() };
+    let last = match (h.last_attempt_status, &h.last_attempt_error_class) {
+        (Some(status), _) => format!("HTTP {status}"),
+        (None, Some(class)) => class.clone(),
+        (None, None) => "-".into(),
+    };
+    format!("{:.0} % of {} succeeded (last: {last} at {})", rate * 100.0, h.recent_deliveries, opt_time(&h.last_attempt_at))
+}
+
 fn event_subject(e: &Event) -> String {
     match &e.data {
         EventData::Video(d) => format!("video {} v{} (operation {})", d.video_id, d.version, d.operation_id),
@@ -1040,9 +1051,20 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
                 let rows: Vec<Vec<String>> = p
                     .data
                     .iter()
-                    .map(|e| vec![e.id.to_string(), endpoint_status(e), e.signature_format.as_str().into(), event_types(e), e.url.clone()])
+                    .map(|s| {
+                        let e = &s.endpoint;
+                        let success = s.health.success_rate.map_or_else(|| "-".into(), |r| format!("{:.0} %", r * 100.0));
+                        vec![
+                            e.id.to_string(),
+                            endpoint_status(e),
+                            success,
+                            e.signature_format.as_str().into(),
+                            event_types(e),
+                            e.url.clone(),
+                        ]
+                    })
                     .collect();
-                table(&["ENDPOINT", "STATUS", "SIGNATURE", "EVENTS", "URL"], &rows);
+                table(&["ENDPOINT", "STATUS", "SUCCESS", "SIGNATURE", "EVENTS", "URL"], &rows);
             }
         }
         EndpointCmd::Get { id } => {
@@ -1050,7 +1072,8 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
             if json_out {
                 print_json(&e)
             } else {
-                print_endpoint(&e)
+                print_endpoint(&e.endpoint);
+                fields(&[("health", health_line(&e.health))]);
             }
         }
         EndpointCmd::Update { id, url, description, event_types, signature_format } => {
@@ -1121,4 +1144,27 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_line_says_rate_count_and_last_outcome() {
+        assert_eq!(health_line(&EndpointHealth::default()), "-", "nothing attempted yet");
+        let at = Utc.with_ymd_and_hms(2026, 11, 30, 1, 2, 3).unwrap();
+        let h = EndpointHealth {
+            recent_deliveries: 8,
+            recent_succeeded: 6,
+            success_rate: Some(0.75),
+            last_attempt_at: Some(at),
+            last_attempt_status: None,
+            last_attempt_error_class: Some("timeout".into()),
+        };
+        let line = health_line(&h);
+        assert!(line.starts_with("75 % of 8 succeeded (last: timeout at "), "{line}");
+        let line = health_line(&EndpointHealth { last_attempt_status: Some(503), last_attempt_error_class: Some("http".into()), ..h });
+        assert!(line.contains("last: HTTP 503"), "{line}");
+    }
 }

@@ -6,7 +6,6 @@
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use serde::{Deserialize, Serialize};
 use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint, EndpointStatus, SignatureFormat};
 use vid_core::event::EventType;
 use vid_core::EndpointId;
@@ -137,7 +136,8 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
         .ok_or(ApiError::NotFound("webhook endpoint"))
 }
 
-/// `GET /webhook-endpoints/{id}`.
+/// `GET /webhook-endpoints/{id}`: the endpoint with its delivery `health`
+/// (as in the list: success rate and last attempt over its latest 100 deliveries).
 #[utoipa::path(
     get,
     path = "/webhook-endpoints/{id}",
@@ -145,7 +145,7 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
     security(("api_key" = [])),
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
-        (status = 200, description = "The endpoint.", body = Endpoint),
+        (status = 200, description = "The endpoint with its delivery health.", body = EndpointSummary),
         (status = 401, response = crate::openapi::Unauthorized),
         (status = 404, response = crate::openapi::NotFound),
         (status = 503, response = crate::openapi::Unavailable),
@@ -153,43 +153,16 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
 )]
 async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
-    Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
+    let endpoint = load(&state, &tenant, &id).await?.into_endpoint();
+    let mut conn = state.db.get().await?;
+    let health = health_of(&mut conn, &[id.to_string()]).await?.remove(id.as_str()).unwrap_or_default();
+    Ok(HttpResponse::Ok().json(EndpointSummary { endpoint, health }))
 }
 
 /// How many of an endpoint's latest deliveries [`EndpointHealth`] looks at.
 pub const HEALTH_WINDOW: i64 = 100;
 
-/// Delivery health of one endpoint, over its latest [`HEALTH_WINDOW`] deliveries.
-///
-/// Read from the dispatcher's `webhook_deliveries` and `webhook_attempts`
-/// (through their `(endpoint_id, id)` and `(delivery_id, attempt_number)` indexes).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct EndpointHealth {
-    /// How many of the latest 100 deliveries have had at least one attempt.
-    pub recent_deliveries: i64,
-    /// How many of those are `succeeded`.
-    pub recent_succeeded: i64,
-    /// `recent_succeeded / recent_deliveries`, from 0 to 1; `null` when nothing was attempted yet.
-    /// A delivery still retrying counts as not (yet) succeeded.
-    pub success_rate: Option<f64>,
-    /// When the latest attempt among those deliveries ran (RFC 3339); `null` if none.
-    pub last_attempt_at: Option<DateTime<Utc>>,
-    /// The HTTP status that attempt got, if the endpoint answered.
-    pub last_attempt_status: Option<i32>,
-    /// That attempt's error class (`dns`, `connect`, `timeout`, `tls`, `blocked_address`,
-    /// `redirect`, `http`); `null` if it succeeded or there is none.
-    pub last_attempt_error_class: Option<String>,
-}
-
-/// An endpoint with its delivery health, as `GET /webhook-endpoints` lists it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct EndpointSummary {
-    /// The endpoint's fields.
-    #[serde(flatten)]
-    pub endpoint: Endpoint,
-    /// Success rate and last attempt over the latest deliveries.
-    pub health: EndpointHealth,
-}
+pub use vid_core::endpoint::{EndpointHealth, EndpointSummary};
 
 #[derive(QueryableByName)]
 struct HealthRow {

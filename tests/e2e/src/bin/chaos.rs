@@ -1417,7 +1417,7 @@ async fn verify_inner(
         api_delivery_total += list.len();
         api_not_succeeded += list.iter().filter(|d| d["status"] != "succeeded").count();
         api_attempts_total += list.iter().map(|d| d["attempts"].as_array().map_or(0, Vec::len)).sum::<usize>();
-        let e = client.get_endpoint(ep).await.map_err(|e| anyhow!("GET endpoint {ep}: {e}"))?;
+        let e = client.get_endpoint(ep).await.map_err(|e| anyhow!("GET endpoint {ep}: {e}"))?.endpoint;
         rep.check(&format!("endpoint {ep} still enabled"), e.status == EndpointStatus::Enabled, e.disabled_reason.unwrap_or_default());
     }
     rep.check(
