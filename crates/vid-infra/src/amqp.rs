@@ -134,19 +134,37 @@ fn quorum_args() -> FieldTable {
     args
 }
 
-/// Connects to RabbitMQ, retrying with capped exponential backoff for up to `give_up_after`.
+/// One connection attempt (TCP, AMQP handshake, `connection.open`) that has
+/// not finished after this long is abandoned and retried: a broker that
+/// accepts TCP but never answers the handshake (seen on a wedged RabbitMQ
+/// node) must not hang its clients forever.
+pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connects to RabbitMQ, retrying with capped exponential backoff for up to
+/// `give_up_after`; each attempt is bounded by [`CONNECT_ATTEMPT_TIMEOUT`].
+/// Errors: the last attempt's error once `give_up_after` has passed.
 pub async fn connect(settings: &AmqpSettings, give_up_after: Duration) -> anyhow::Result<Connection> {
+    connect_with(settings, give_up_after, CONNECT_ATTEMPT_TIMEOUT).await
+}
+
+/// [`connect`] with another bound on each attempt (tests use a short one).
+pub async fn connect_with(settings: &AmqpSettings, give_up_after: Duration, attempt_timeout: Duration) -> anyhow::Result<Connection> {
     let deadline = tokio::time::Instant::now() + give_up_after;
     let mut delay = Duration::from_millis(200);
     loop {
-        match Connection::connect(settings.url.expose_secret(), ConnectionProperties::default()).await {
+        let attempt = Connection::connect(settings.url.expose_secret(), ConnectionProperties::default());
+        let result = match tokio::time::timeout(attempt_timeout, attempt).await {
+            Ok(r) => r.map_err(anyhow::Error::from),
+            Err(_) => Err(anyhow::anyhow!("no AMQP handshake within {attempt_timeout:?}")),
+        };
+        match result {
             Ok(conn) => return Ok(conn),
             Err(e) if tokio::time::Instant::now() + delay < deadline => {
                 tracing::warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "RabbitMQ not reachable; retrying");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(5));
             }
-            Err(e) => return Err(e).context("connecting to RabbitMQ"),
+            Err(e) => return Err(e.context("connecting to RabbitMQ")),
         }
     }
 }
@@ -242,5 +260,37 @@ pub fn correlation_id(props: &BasicProperties) -> Option<String> {
     match headers.inner().get(HEADER_CORRELATION_ID)? {
         AMQPValue::LongString(s) => Some(s.to_string()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "broker" on loopback that accepts TCP and never says a word: each
+    /// attempt is abandoned after its timeout, and `connect` gives up.
+    #[tokio::test]
+    async fn a_silent_broker_does_not_hang_the_connect() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(stream); // keep it open, answer nothing
+            }
+        });
+        let settings = AmqpSettings { url: format!("amqp://guest:guest@{addr}/%2f").into(), prefix: "silent".into() };
+        // Without the per-attempt bound the first attempt never returns; the
+        // outer timeout only keeps such a regression from hanging the suite.
+        let result =
+            tokio::time::timeout(Duration::from_secs(60), connect_with(&settings, Duration::from_millis(900), Duration::from_millis(300)))
+                .await
+                .expect("connect returned instead of hanging");
+        let err = result.err().expect("no connection");
+        assert!(format!("{err:#}").contains("no AMQP handshake within 300ms"), "{err:#}");
+        assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2, "it retried");
     }
 }
