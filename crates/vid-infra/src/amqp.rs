@@ -289,7 +289,7 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(60), connect_with(&settings, Duration::from_millis(900), Duration::from_millis(300)))
                 .await
                 .expect("connect returned instead of hanging");
-        let err = result.err().expect("no connection");
+        let err = result.expect_err("no connection");
         assert!(format!("{err:#}").contains("no AMQP handshake within 300ms"), "{err:#}");
         assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 2, "it retried");
     }
