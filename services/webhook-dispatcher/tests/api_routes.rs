@@ -195,3 +195,72 @@ async fn manual_retry_of_a_failed_delivery_is_a_single_attempt() {
     assert_eq!(rx.received().len(), 5, "one extra attempt, no schedule after it");
     d.stop().await;
 }
+
+/// Two `:retry` calls at once on a finished delivery still mean one more
+/// attempt, not a return to the retry schedule: the second call sees the
+/// delivery already `pending` and must keep the first call's one-shot mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_retries_are_still_a_single_attempt() {
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let rx = Receiver::always(500).await;
+    let (endpoint, _) = register(&api, &rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    let dlv = eventually(WAIT, "failed", || async { w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed") }).await;
+    // No dispatcher while the two calls land, so neither is consumed before the other.
+    d.stop().await;
+    let path = format!("/webhook-endpoints/{endpoint}/deliveries/{}:retry", dlv.id);
+    let ((s1, b1), (s2, b2)) = tokio::join!(api.call("POST", &path, None), api.call("POST", &path, None));
+    assert_eq!((s1, s2), (202, 202), "{b1} {b2}");
+    assert!(b1["status"] == "pending" && b2["status"] == "pending", "{b1} {b2}");
+    let mut conn = w.conn().await;
+    let manual: bool = {
+        use diesel::prelude::*;
+        use vid_db::schema::webhook_deliveries as dl;
+        use vid_db::RunQueryDsl;
+        dl::table.filter(dl::id.eq(dlv.id.as_str())).select(dl::manual_retry).first(&mut conn).await.unwrap()
+    };
+    assert!(manual, "both calls leave the one-shot mark");
+    let d = w.start(no_dns());
+    eventually(WAIT, "failed again after one attempt", || async {
+        w.deliveries(&endpoint)
+            .await
+            .into_iter()
+            .find(|x| x.id == dlv.id && x.status == "failed" && x.attempt_count == dlv.attempt_count + 1)
+    })
+    .await;
+    d.stop().await;
+}
+
+/// `:enable` on an enabled endpoint changes nothing about it: a receiver's
+/// `429`/`503` slow-down and the failure clock stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabling_an_enabled_endpoint_keeps_its_throttling_and_failure_clock() {
+    use diesel::prelude::*;
+    use vid_db::schema::webhook_endpoints as ep;
+    use vid_db::RunQueryDsl;
+    let mut w = World::new(&[]).await;
+    let api = Api::start(&mut w).await;
+    let (endpoint, _) = register(&api, "http://127.0.0.1:9/unused").await;
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    let since = chrono::Utc::now() - chrono::Duration::hours(2);
+    let mut conn = w.conn().await;
+    diesel::update(ep::table.filter(ep::id.eq(&endpoint)))
+        .set((ep::throttled_until.eq(Some(until)), ep::failing_since.eq(Some(since)), ep::consecutive_failures.eq(2)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}:enable"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "enabled");
+    let (t, f, c): (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>, i32) = ep::table
+        .filter(ep::id.eq(&endpoint))
+        .select((ep::throttled_until, ep::failing_since, ep::consecutive_failures))
+        .first(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(t.map(|t| t.timestamp_micros()), Some(until.timestamp_micros()), "throttling kept");
+    assert_eq!(f.map(|t| t.timestamp_micros()), Some(since.timestamp_micros()), "failure clock kept");
+    assert_eq!(c, 2);
+}

@@ -110,9 +110,13 @@ async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
 
 /// `POST /webhook-endpoints/{id}:enable` → `200` with the endpoint.
 ///
-/// Clears the disabled state and the failure counters, and makes every
-/// `paused` delivery `pending` and due now, so the backlog kept while the
-/// endpoint was disabled is delivered. Enabling an enabled endpoint is a no-op.
+/// For a disabled endpoint: clears the disabled state, the failure counters
+/// and any throttling (`429`/`503` slow-down), and makes every `paused`
+/// delivery `pending` and due now, so the backlog kept while it was disabled
+/// is delivered. For an enabled endpoint nothing about it changes (its
+/// throttling and failure counters stay, so `:enable` cannot be used to skip
+/// a receiver's `Retry-After`); only deliveries still `paused` (one fanned in
+/// while an enable was committing) are resumed.
 #[utoipa::path(
     post,
     path = "/webhook-endpoints/{id}:enable",
@@ -135,7 +139,7 @@ async fn enable_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::
     conn.transaction::<(), ApiError, _>(|conn| {
         async move {
             let now = Utc::now();
-            diesel::update(ep::table.filter(ep::id.eq(&ep_id)).filter(ep::tenant_id.eq(&tenant_id)))
+            diesel::update(ep::table.filter(ep::id.eq(&ep_id)).filter(ep::tenant_id.eq(&tenant_id)).filter(ep::status.eq("disabled")))
                 .set((
                     ep::status.eq("enabled"),
                     ep::disabled_reason.eq(None::<String>),
@@ -384,13 +388,16 @@ async fn retry_delivery(state: web::Data<AppState>, tenant: Tenant, path: web::P
     // One statement, answered with the row it wrote: the dispatcher is
     // notified at commit and may have sent (and recorded) the attempt before
     // a second read, which would then no longer show what this call did.
-    // `manual_retry` reads the status from before the update (SQL `SET`
+    // `manual_retry` reads the row from before the update (SQL `SET`
     // expressions see the old row): one more attempt for `failed`/`succeeded`.
     let row: DeliveryRow = diesel::update(target)
         .set((
             dl::status.eq("pending"),
             dl::next_attempt_at.eq(now),
-            dl::manual_retry.eq(dl::status.eq_any(["failed", "succeeded"])),
+            // OR keeps a concurrent `:retry`'s one-shot mark: the second of
+            // two calls sees `pending` and must not put the delivery back on
+            // the full retry schedule.
+            dl::manual_retry.eq(dl::manual_retry.or(dl::status.eq_any(["failed", "succeeded"]))),
             dl::updated_at.eq(now),
         ))
         .returning(DeliveryRow::as_returning())
