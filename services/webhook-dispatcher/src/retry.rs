@@ -75,14 +75,16 @@ pub fn horizon(schedule_seconds: &[u64]) -> (Duration, Duration) {
 mod tests {
     use super::*;
 
-    const PRODUCTION: [u64; 12] = [5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 43200, 43200, 43200];
+    // An example schedule (the production one is read from config/ by
+    // `retry_window_of_the_production_schedule`).
+    const SCHEDULE: [u64; 12] = [5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 43200, 43200, 43200];
 
     #[test]
     fn schedule_steps_and_exhaustion() {
-        assert_eq!(scheduled_delay(&PRODUCTION, 1), Some(Duration::from_secs(5)));
-        assert_eq!(scheduled_delay(&PRODUCTION, 12), Some(Duration::from_secs(43200)));
-        assert_eq!(scheduled_delay(&PRODUCTION, 13), None);
-        assert_eq!(scheduled_delay(&PRODUCTION, 0), None);
+        assert_eq!(scheduled_delay(&SCHEDULE, 1), Some(Duration::from_secs(5)));
+        assert_eq!(scheduled_delay(&SCHEDULE, 12), Some(Duration::from_secs(43200)));
+        assert_eq!(scheduled_delay(&SCHEDULE, 13), None);
+        assert_eq!(scheduled_delay(&SCHEDULE, 0), None);
         assert_eq!(next_delay(&[1, 1, 2], 4, None, 0.5), None);
         assert_eq!(next_delay(&[1, 1, 2], 4, Some(Duration::from_secs(1)), 0.5), None);
     }
@@ -95,7 +97,7 @@ mod tests {
         assert_eq!(jittered(base, 1.0), Duration::from_secs(120));
         assert_eq!(jittered(base, 7.0), Duration::from_secs(120));
         for i in 0..100 {
-            let d = next_delay(&PRODUCTION, 3, None, f64::from(i) / 100.0).unwrap();
+            let d = next_delay(&SCHEDULE, 3, None, f64::from(i) / 100.0).unwrap();
             assert!(d >= Duration::from_secs(96) && d <= Duration::from_secs(144), "{d:?}");
         }
     }
