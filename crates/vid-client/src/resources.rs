@@ -7,28 +7,58 @@
 //! they are returned as JSON rather than as structs copied from the api.
 
 use reqwest::Method;
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use vid_core::endpoint::{Endpoint, SignatureFormat};
 use vid_core::event::EventType;
 use vid_core::{DeliveryId, EndpointId};
 
 use crate::{query, Client, ClientError, Page};
 
-/// What `PATCH /webhook-endpoints/{id}` changes; `None` keeps the current value.
-#[derive(Debug, Clone, Default, Serialize)]
+/// What `PATCH /webhook-endpoints/{id}` changes; `None` (and `false`) keeps
+/// the current value.
+///
+/// Only the fields that are set are sent. `clear_description` and
+/// `all_event_types` send an explicit `null`, which the api reads as "remove":
+/// no description, or no filter (every event type is sent). A clear flag wins
+/// over the matching value (`description`, `event_types`), which is then not sent.
+#[derive(Debug, Clone, Default)]
 pub struct EndpointChanges<'a> {
     /// New URL (checked by the SSRF policy like at creation).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub url: Option<&'a str>,
-    /// New description.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// New description (at most 1024 bytes, no control characters).
     pub description: Option<&'a str>,
-    /// New event filter (non-empty).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// New event filter (non-empty; duplicates are stored once).
     pub event_types: Option<&'a [EventType]>,
     /// New signature format.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub signature_format: Option<SignatureFormat>,
+    /// Remove the description (`"description": null`).
+    pub clear_description: bool,
+    /// Remove the filter so that every event type is sent (`"event_types": null`).
+    pub all_event_types: bool,
+}
+
+impl Serialize for EndpointChanges<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(url) = self.url {
+            map.serialize_entry("url", url)?;
+        }
+        if self.clear_description {
+            map.serialize_entry("description", &())?;
+        } else if let Some(d) = self.description {
+            map.serialize_entry("description", d)?;
+        }
+        if self.all_event_types {
+            map.serialize_entry("event_types", &())?;
+        } else if let Some(ts) = self.event_types {
+            map.serialize_entry("event_types", ts)?;
+        }
+        if let Some(f) = self.signature_format {
+            map.serialize_entry("signature_format", &f)?;
+        }
+        map.end()
+    }
 }
 
 /// Filters of `GET /webhook-endpoints/{id}/deliveries`.
@@ -72,5 +102,33 @@ impl Client {
     /// `POST /webhook-endpoints/{id}/deliveries/{delivery_id}:retry` → `202` with the delivery.
     pub async fn retry_delivery(&self, id: &EndpointId, delivery: &DeliveryId) -> Result<serde_json::Value, ClientError> {
         Ok(self.call::<(), _>(Method::POST, &format!("/webhook-endpoints/{id}/deliveries/{delivery}:retry"), None, &[]).await?.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_changes_send_only_what_is_set_and_null_to_clear() {
+        let json = |c: &EndpointChanges<'_>| serde_json::to_value(c).unwrap();
+        assert_eq!(json(&EndpointChanges::default()), serde_json::json!({}));
+        let types = [EventType::VideoReady];
+        let set = EndpointChanges {
+            url: Some("https://a.example/h"),
+            description: Some("d"),
+            event_types: Some(&types),
+            signature_format: Some(SignatureFormat::StandardWebhooks),
+            ..Default::default()
+        };
+        assert_eq!(
+            json(&set),
+            serde_json::json!({"url": "https://a.example/h", "description": "d", "event_types": ["video.ready"], "signature_format": "standard-webhooks"})
+        );
+        let clear = EndpointChanges { clear_description: true, all_event_types: true, ..set };
+        assert_eq!(
+            json(&clear),
+            serde_json::json!({"url": "https://a.example/h", "description": null, "event_types": null, "signature_format": "standard-webhooks"})
+        );
     }
 }

@@ -45,11 +45,16 @@ pub struct CreateEndpoint {
     /// Where to POST events. Must pass the SSRF policy (no private addresses unless allow-listed).
     #[cfg_attr(feature = "openapi", schema(example = "https://hooks.example.com/video"))]
     pub url: String,
-    /// Free text for the customer.
+    /// Free text for the customer: at most 1024 bytes (UTF-8), no control
+    /// characters (no tab or line break either); else 422 `invalid_description`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"))]
     pub description: Option<String>,
-    /// Only these event types are sent; all when absent.
+    /// Only these event types are sent; all when absent or `null`. At least
+    /// one when present (`[]` is refused: 422 `invalid_event_types`);
+    /// duplicates are stored once, in the order given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1))]
     pub event_types: Option<Vec<EventType>>,
     /// Defaults to `webhook-signature`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

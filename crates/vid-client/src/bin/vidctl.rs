@@ -174,9 +174,15 @@ enum EndpointCmd {
         url: Option<String>,
         #[arg(long)]
         description: Option<String>,
+        /// Remove the description.
+        #[arg(long, conflicts_with = "description")]
+        clear_description: bool,
         /// Only send this event type (repeatable; replaces the filter).
         #[arg(long = "event-type", value_parser = parse_event_type)]
         event_types: Vec<EventType>,
+        /// Remove the filter: send every event type.
+        #[arg(long, conflicts_with = "event_types")]
+        all_event_types: bool,
         /// webhook-signature or standard-webhooks.
         #[arg(long, value_parser = parse_format)]
         signature_format: Option<SignatureFormat>,
@@ -1076,16 +1082,23 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
                 fields(&[("health", health_line(&e.health))]);
             }
         }
-        EndpointCmd::Update { id, url, description, event_types, signature_format } => {
+        EndpointCmd::Update { id, url, description, clear_description, event_types, all_event_types, signature_format } => {
             anyhow::ensure!(
-                url.is_some() || description.is_some() || !event_types.is_empty() || signature_format.is_some(),
-                "nothing to change: give --url, --description, --event-type or --signature-format"
+                url.is_some()
+                    || description.is_some()
+                    || clear_description
+                    || !event_types.is_empty()
+                    || all_event_types
+                    || signature_format.is_some(),
+                "nothing to change: give --url, --description, --clear-description, --event-type, --all-event-types or --signature-format"
             );
             let changes = EndpointChanges {
                 url: url.as_deref(),
                 description: description.as_deref(),
                 event_types: if event_types.is_empty() { None } else { Some(&event_types) },
                 signature_format,
+                clear_description,
+                all_event_types,
             };
             let e = client.update_endpoint(&id, &changes).await?;
             if json_out {
@@ -1149,6 +1162,21 @@ async fn endpoints(client: &Client, cmd: EndpointCmd, json_out: bool) -> anyhow:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_update_can_clear_the_description_and_the_filter() {
+        let id = EndpointId::generate().to_string();
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["vidctl", "endpoints", "update", id.as_str()].iter().chain(extra)).map(|cli| match cli.command {
+                Command::Endpoints(EndpointCmd::Update { clear_description, all_event_types, .. }) => (clear_description, all_event_types),
+                _ => panic!("not endpoints update"),
+            })
+        };
+        assert_eq!(parse(&["--clear-description", "--all-event-types"]).unwrap(), (true, true));
+        assert_eq!(parse(&["--url", "https://a.example/"]).unwrap(), (false, false));
+        assert!(parse(&["--clear-description", "--description", "x"]).is_err());
+        assert!(parse(&["--all-event-types", "--event-type", "video.ready"]).is_err());
+    }
 
     #[test]
     fn health_line_says_rate_count_and_last_outcome() {

@@ -67,17 +67,54 @@ async fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
     Ok(checked.as_str().to_owned())
 }
 
-fn check_description(d: &Option<String>) -> ApiResult<()> {
-    match d {
-        Some(d) if d.len() > 1024 => Err(ApiError::unprocessable("invalid_description", "description is limited to 1024 bytes")),
-        _ => Ok(()),
+/// The longest `description` accepted, in bytes (UTF-8).
+pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+
+/// A description is free text of at most [`MAX_DESCRIPTION_BYTES`] without
+/// control characters (Unicode `Cc`: U+0000–U+001F, U+007F–U+009F, so also
+/// no tab or line break). Refused: 422 `invalid_description`. Checked here
+/// rather than left to PostgreSQL, which refuses U+0000 in `text` (a 500).
+fn check_description(d: &str) -> ApiResult<()> {
+    if d.len() > MAX_DESCRIPTION_BYTES {
+        return Err(ApiError::unprocessable("invalid_description", format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
     }
+    if let Some(c) = d.chars().find(|c| c.is_control()) {
+        return Err(ApiError::unprocessable(
+            "invalid_description",
+            format!("description may not contain control characters (found U+{:04X})", u32::from(c)),
+        ));
+    }
+    Ok(())
+}
+
+/// An event filter as stored: at least one type (`[]` would match nothing,
+/// silently: 422 `invalid_event_types`), each type once, in the order given.
+fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
+    if types.is_empty() {
+        return Err(ApiError::unprocessable(
+            "invalid_event_types",
+            "event_types may not be empty; omit it (or, when updating, send null) to receive every type",
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(types.len());
+    for t in types {
+        if !out.iter().any(|s| s == t.as_str()) {
+            out.push(t.as_str().to_owned());
+        }
+    }
+    Ok(out)
 }
 
 /// `POST /webhook-endpoints` → `201` with the secret, shown this once.
 ///
+/// `description`: at most 1024 bytes, no control characters. `event_types`:
+/// at least one type when present (absent or `null`: every type); duplicates
+/// are stored once, in the order given.
+///
 /// Errors (422): the SSRF guard's codes (`blocked_address`, `https_required`,
-/// `userinfo_not_allowed`, `invalid_url`, `dns_failed`, …), `invalid_description`.
+/// `userinfo_not_allowed`, `invalid_url` (also for whitespace or control
+/// characters), `dns_failed`, …), `invalid_description`, `invalid_event_types`.
+/// Malformed JSON, unknown fields or unknown event types: 400 `invalid_json`.
 #[utoipa::path(
     post,
     path = "/webhook-endpoints",
@@ -97,13 +134,15 @@ fn check_description(d: &Option<String>) -> ApiResult<()> {
 )]
 async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
-    check_description(&req.description)?;
+    if let Some(d) = &req.description {
+        check_description(d)?;
+    }
+    let event_types: Option<Vec<String>> = req.event_types.as_deref().map(event_filter).transpose()?;
     let url = check_url(&state, &req.url).await?;
     let id = EndpointId::generate();
     let secret = Secret::generate();
     let sealed = state.sealing_key.seal(id.as_str(), secret.as_str().as_bytes()).map_err(|e| ApiError::Internal(e.into()))?;
     let format = req.signature_format.unwrap_or_default();
-    let event_types: Option<Vec<String>> = req.event_types.map(|ts| ts.iter().map(|t| t.as_str().to_owned()).collect());
     let mut conn = state.db.get().await?;
     let row: EndpointRow = diesel::insert_into(ep::table)
         .values((
@@ -254,28 +293,79 @@ async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult
     Ok(HttpResponse::Ok().json(serde_json::json!({ "data": data })))
 }
 
-/// `PATCH /webhook-endpoints/{id}` body: any subset of the fields.
-#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+/// `deserialize_with` for a PATCH field where `null` means something else than
+/// absent. With `#[serde(default)]`: absent → `None` (keep), `null` →
+/// `Some(None)` (clear), a value → `Some(Some(value))` (set).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    <Option<T> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// `PATCH /webhook-endpoints/{id}` body: any subset of the fields. An absent
+/// field keeps its current value; `null` clears `description` and
+/// `event_types` (and keeps `url` and `signature_format`, which cannot be cleared).
+#[derive(Debug, Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateEndpoint {
-    /// New URL (checked like at creation).
+    /// New URL (checked like at creation). Absent or `null`: kept.
+    #[schema(example = "https://hooks.example.com/video")]
     pub url: Option<String>,
-    /// New description.
-    pub description: Option<String>,
-    /// New filter; `[]` is refused (use DELETE), absent keeps the current one.
-    pub event_types: Option<Vec<EventType>>,
-    /// New signature format.
+    /// New description: at most 1024 bytes, no control characters.
+    /// `null` removes it; absent keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, nullable, max_length = 1024, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub description: Option<Option<String>>,
+    /// New filter, replacing the current one: at least one type (`[]` is
+    /// refused; use DELETE to stop deliveries), each stored once in the order
+    /// given. `null` removes the filter (every type is sent); absent keeps it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<EventType>>, nullable, min_items = 1)]
+    pub event_types: Option<Option<Vec<EventType>>>,
+    /// New signature format. Absent or `null`: kept.
     pub signature_format: Option<SignatureFormat>,
 }
 
-/// `PATCH /webhook-endpoints/{id}`.
+/// The columns one PATCH writes, in one `UPDATE`; `None` leaves a column as it
+/// is, `Some(None)` sets it to `NULL`.
+#[derive(AsChangeset)]
+#[diesel(table_name = ep)]
+struct EndpointChangeset {
+    url: Option<String>,
+    description: Option<Option<String>>,
+    event_types: Option<Option<Vec<String>>>,
+    signature_format: Option<&'static str>,
+    updated_at: DateTime<Utc>,
+}
+
+impl EndpointChangeset {
+    fn changes_nothing(&self) -> bool {
+        self.url.is_none() && self.description.is_none() && self.event_types.is_none() && self.signature_format.is_none()
+    }
+}
+
+/// `PATCH /webhook-endpoints/{id}`: changes the fields present in the body.
+///
+/// Every field is validated before anything is written, and the changes are
+/// applied in one statement: a refused request changes nothing.
+///
+/// Absent field: kept. `description: null`: removed. `event_types: null`:
+/// every type is sent. `url` and `signature_format` cannot be cleared
+/// (`null` keeps them). An empty body changes nothing and answers the endpoint.
+///
+/// Errors: 404 `not_found` (unknown, deleted or another tenant's endpoint);
+/// 422 the SSRF guard's codes for `url` (as at creation), `invalid_description`
+/// (over 1024 bytes or a control character), `invalid_event_types` (`[]`);
+/// 400 `invalid_json` (malformed JSON, unknown fields or event types).
 #[utoipa::path(
     patch,
     path = "/webhook-endpoints/{id}",
     tag = "webhook-endpoints",
     security(("api_key" = [])),
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
-    request_body = UpdateEndpoint,
+    request_body(content = UpdateEndpoint, description = "Fields to change. Absent: kept; `null`: clears `description` (none) or `event_types` (every type)."),
     responses(
         (status = 200, description = "The updated endpoint.", body = Endpoint),
         (status = 400, response = crate::openapi::BadRequest),
@@ -294,34 +384,42 @@ async fn update_endpoint(
     body: web::Json<UpdateEndpoint>,
 ) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
-    load(&state, &tenant, &id).await?;
+    let current = load(&state, &tenant, &id).await?;
     let req = body.into_inner();
-    check_description(&req.description)?;
+    // Validate everything first (the cheap checks before the URL's DNS lookup).
+    if let Some(Some(d)) = &req.description {
+        check_description(d)?;
+    }
+    let event_types = match &req.event_types {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(ts)) => Some(Some(event_filter(ts)?)),
+    };
     let url = match &req.url {
         Some(u) => Some(check_url(&state, u).await?),
         None => None,
     };
-    if matches!(&req.event_types, Some(t) if t.is_empty()) {
-        return Err(ApiError::unprocessable("invalid_event_types", "event_types may not be empty; omit it to receive every type"));
+    let changes = EndpointChangeset {
+        url,
+        description: req.description,
+        event_types,
+        signature_format: req.signature_format.map(SignatureFormat::as_str),
+        updated_at: Utc::now(),
+    };
+    if changes.changes_nothing() {
+        return Ok(HttpResponse::Ok().json(current.into_endpoint()));
     }
+    // Then write it all at once; the row may have been deleted since `load`.
     let mut conn = state.db.get().await?;
-    let target = ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id));
-    let now = Utc::now();
-    if let Some(url) = url {
-        diesel::update(target).set((ep::url.eq(url), ep::updated_at.eq(now))).execute(&mut conn).await?;
-    }
-    if let Some(d) = req.description {
-        diesel::update(target).set((ep::description.eq(d), ep::updated_at.eq(now))).execute(&mut conn).await?;
-    }
-    if let Some(ts) = req.event_types {
-        let ts: Vec<String> = ts.iter().map(|t| t.as_str().to_owned()).collect();
-        diesel::update(target).set((ep::event_types.eq(ts), ep::updated_at.eq(now))).execute(&mut conn).await?;
-    }
-    if let Some(f) = req.signature_format {
-        diesel::update(target).set((ep::signature_format.eq(f.as_str()), ep::updated_at.eq(now))).execute(&mut conn).await?;
-    }
-    drop(conn);
-    Ok(HttpResponse::Ok().json(load(&state, &tenant, &id).await?.into_endpoint()))
+    let row: EndpointRow =
+        diesel::update(ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id)).filter(ep::deleted_at.is_null()))
+            .set(&changes)
+            .returning(EndpointRow::as_returning())
+            .get_result(&mut conn)
+            .await
+            .optional()?
+            .ok_or(ApiError::NotFound("webhook endpoint"))?;
+    Ok(HttpResponse::Ok().json(row.into_endpoint()))
 }
 
 /// `DELETE /webhook-endpoints/{id}` → `204`. Pending deliveries to it are not attempted.
@@ -347,4 +445,41 @@ async fn delete_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::
         .execute(&mut conn)
         .await?;
     Ok(HttpResponse::NoContent().finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<UpdateEndpoint, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    #[test]
+    fn update_tells_absent_from_null_and_refuses_unknown_fields() {
+        let absent = parse("{}").unwrap();
+        assert_eq!((absent.description, absent.event_types), (None, None));
+        let null = parse(r#"{"description":null,"event_types":null}"#).unwrap();
+        assert_eq!((null.description, null.event_types), (Some(None), Some(None)));
+        let set = parse(r#"{"description":"d","event_types":["video.ready"]}"#).unwrap();
+        assert_eq!((set.description, set.event_types), (Some(Some("d".into())), Some(Some(vec![EventType::VideoReady]))));
+        let kept = parse(r#"{"url":null,"signature_format":null}"#).unwrap();
+        assert_eq!((kept.url, kept.signature_format), (None, None));
+        assert!(parse(r#"{"secret":"x"}"#).is_err());
+        assert!(parse(r#"{"event_types":["video.nope"]}"#).is_err());
+        assert!(parse(r#"{"description":5}"#).is_err());
+    }
+
+    #[test]
+    fn descriptions_and_filters_are_checked() {
+        assert!(check_description("ünïcode — fine").is_ok());
+        assert!(check_description(&"x".repeat(MAX_DESCRIPTION_BYTES)).is_ok());
+        for bad in ["a\0b".to_owned(), "a\nb".into(), "\u{9f}".into(), "x".repeat(MAX_DESCRIPTION_BYTES + 1)] {
+            let err = check_description(&bad).unwrap_err();
+            assert_eq!(err.problem().code, "invalid_description", "{bad:?}");
+        }
+        assert_eq!(event_filter(&[]).unwrap_err().problem().code, "invalid_event_types");
+        let ts = [EventType::VideoFailed, EventType::VideoReady, EventType::VideoFailed];
+        assert_eq!(event_filter(&ts).unwrap(), vec!["video.failed", "video.ready"]);
+    }
 }

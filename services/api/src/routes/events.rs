@@ -1,6 +1,10 @@
 //! `/events`: every event recorded for the tenant, so receivers can catch up.
+//!
+//! An event's stored payload is the exact JSON body its webhooks carry; both
+//! routes return it byte for byte, never re-serialised.
 
 use actix_web::{web, HttpResponse};
+use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use vid_core::event::{Event, EventType};
 use vid_core::EventId;
@@ -10,7 +14,7 @@ use vid_db::RunQueryDsl;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::operations::page;
-use crate::routes::{parse_id, PageQuery};
+use crate::routes::parse_id;
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -18,11 +22,64 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.route("/events", web::get().to(list_events)).route("/events/{id}", web::get().to(get_event));
 }
 
-fn parse_payload(payload: &str) -> ApiResult<Event> {
-    serde_json::from_str(payload).map_err(|e| ApiError::Internal(anyhow::anyhow!("stored event does not parse: {e}")))
+/// The query of `GET /events`. Any other parameter is refused (`400
+/// invalid_query`, naming it) rather than silently ignored.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    /// Page size, 1–100 (default 20).
+    pub limit: Option<i64>,
+    /// Return events older than this id (the `next_cursor` of the previous page).
+    pub cursor: Option<String>,
+    /// Only events of this type, e.g. `video.ready`.
+    #[serde(rename = "type")]
+    pub type_: Option<String>,
+    /// Only events recorded strictly after this instant (RFC 3339 or Unix seconds).
+    pub created_after: Option<String>,
+    /// Only events recorded strictly before this instant (RFC 3339 or Unix seconds).
+    pub created_before: Option<String>,
+}
+
+impl EventsQuery {
+    /// The page size, clamped to 1–100.
+    pub fn limit(&self) -> i64 {
+        self.limit.unwrap_or(20).clamp(1, 100)
+    }
+}
+
+/// Parses a time parameter: an RFC 3339 date-time with an offset
+/// (`2026-01-02T03:04:05Z`, `2026-01-02T04:04:05.250+01:00`) or whole Unix
+/// seconds (`1767323045`). A `+` left unencoded in the query string arrives as
+/// a space; one in the offset position is read as the `+` it was.
+/// Anything else is `400 invalid_query` naming the parameter.
+pub fn parse_time(param: &str, raw: &str) -> ApiResult<DateTime<Utc>> {
+    let invalid = || {
+        let shown: String = raw.chars().take(64).collect();
+        ApiError::bad_request(
+            "invalid_query",
+            format!("`{param}` must be an RFC 3339 date-time such as `2026-01-02T03:04:05Z`, or whole Unix seconds; got `{shown}`"),
+        )
+    };
+    if !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit()) {
+        let secs: i64 = raw.parse().map_err(|_| invalid())?;
+        return DateTime::from_timestamp(secs, 0).ok_or_else(invalid);
+    }
+    let fixed;
+    let text = match raw.len().checked_sub(6) {
+        // `…T03:04:05 01:00`: the offset's `+` was decoded as a space.
+        Some(i) if raw.as_bytes()[i] == b' ' => {
+            fixed = format!("{}+{}", &raw[..i], &raw[i + 1..]);
+            fixed.as_str()
+        }
+        _ => raw,
+    };
+    DateTime::parse_from_rfc3339(text).map(|t| t.with_timezone(&Utc)).map_err(|_| invalid())
 }
 
 /// `GET /events/{id}`: the event exactly as it was sent.
+///
+/// The body is the stored payload byte for byte: the same bytes as the
+/// webhook body of every delivery of this event.
 #[utoipa::path(
     get,
     path = "/events/{id}",
@@ -50,26 +107,72 @@ async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
     Ok(HttpResponse::Ok().content_type("application/json").body(payload))
 }
 
-/// `GET /events?type=&limit=&cursor=`: newest first.
+/// `GET /events`: the tenant's events, newest first, by type and time.
+///
+/// Query: `type`, `created_after`, `created_before`, `limit`, `cursor`.
+/// Order is by id, which sorts by creation time.
+///
+/// `{"data": [event, …], "next_cursor": "evt_…" | null}`. Each element of
+/// `data` is the stored event verbatim, byte for byte the body its webhooks
+/// carried (and what `GET /events/{id}` returns), so a receiver can verify or
+/// replay it as if it had been delivered.
+///
+/// Filters combine (AND) and stay in force while paging: pass the same
+/// filters again with `cursor` set to the previous page's `next_cursor`.
+/// `created_after` and `created_before` are both exclusive bounds on the
+/// instant the event was recorded (the database's clock, to the microsecond;
+/// the event's `created` member is the same moment by the api's clock, in
+/// whole Unix seconds). Each is an RFC 3339
+/// date-time with an offset, e.g. `2026-01-02T03:04:05Z` or
+/// `2026-01-02T04:04:05.5+01:00` (percent-encode `+` as `%2B`), or whole Unix
+/// seconds, e.g. `1767323045`. An empty window is an empty page.
+///
+/// Errors (RFC 9457 problem details, `400`): `invalid_query` for a malformed
+/// time, limit, or any parameter not listed here (the detail names it);
+/// `invalid_event_type` for an unknown `type`; `invalid_cursor` for a cursor
+/// that is not an event id.
 #[utoipa::path(
     get,
     path = "/events",
     tag = "events",
     security(("api_key" = [])),
-    params(("type" = Option<EventType>, Query, description = "Only events of this type."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<EventId>, Query, description = "The `next_cursor` of the previous page: items older than this event.")),
+    params(
+        ("type" = Option<EventType>, Query, description = "Only events of this type."),
+        (
+            "created_after" = Option<DateTime<Utc>>, Query,
+            description = "Only events recorded strictly after this instant (exclusive): an RFC 3339 date-time with an offset, \
+or whole Unix seconds.",
+            example = "2026-01-02T03:04:05Z"
+        ),
+        (
+            "created_before" = Option<DateTime<Utc>>, Query,
+            description = "Only events recorded strictly before this instant (exclusive): an RFC 3339 date-time with an offset, \
+or whole Unix seconds.",
+            example = "2026-01-03T00:00:00Z"
+        ),
+        ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."),
+        ("cursor" = Option<EventId>, Query, description = "The `next_cursor` of the previous page: events older than this one. \
+Send the same filters again."),
+    ),
     responses(
-        (status = 200, description = "A page of events, newest first.", body = crate::routes::Page<Event>),
+        (status = 200, description = "A page of events, newest first; each element of `data` is the stored event verbatim.", body = crate::routes::Page<Event>),
         (status = 400, response = crate::openapi::BadRequest),
         (status = 401, response = crate::openapi::Unauthorized),
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn list_events(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
+async fn list_events(state: web::Data<AppState>, tenant: Tenant, query: web::Query<EventsQuery>) -> ApiResult<HttpResponse> {
     let limit = query.limit();
     let mut q = events::table.filter(events::tenant_id.eq(&tenant.id)).into_boxed();
     if let Some(t) = &query.type_ {
         let t = EventType::parse(t).ok_or_else(|| ApiError::bad_request("invalid_event_type", format!("unknown event type `{t}`")))?;
         q = q.filter(events::event_type.eq(t.as_str()));
+    }
+    if let Some(raw) = &query.created_after {
+        q = q.filter(events::created_at.gt(parse_time("created_after", raw)?));
+    }
+    if let Some(raw) = &query.created_before {
+        q = q.filter(events::created_at.lt(parse_time("created_before", raw)?));
     }
     if let Some(cursor) = &query.cursor {
         let cursor: EventId = cursor.parse().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not an event id"))?;
@@ -79,6 +182,51 @@ async fn list_events(state: web::Data<AppState>, tenant: Tenant, query: web::Que
     let rows: Vec<(EventId, String)> =
         q.order(events::id.desc()).limit(limit + 1).select((events::id, events::payload)).load(&mut conn).await?;
     let page = page(rows, limit, |r| r.0.to_string(), |r| r.1);
-    let data = page.data.iter().map(|p| parse_payload(p)).collect::<ApiResult<Vec<Event>>>()?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({"data": data, "next_cursor": page.next_cursor})))
+    // Built by hand so each payload goes out exactly as stored; each is
+    // checked to be one JSON value so a damaged row cannot break the page.
+    let mut body = String::with_capacity(page.data.iter().map(|p| p.len() + 1).sum::<usize>() + 64);
+    body.push_str("{\"data\":[");
+    for (i, payload) in page.data.iter().enumerate() {
+        serde_json::from_str::<serde::de::IgnoredAny>(payload)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored event is not JSON: {e}")))?;
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(payload);
+    }
+    body.push_str("],\"next_cursor\":");
+    body.push_str(&serde_json::to_string(&page.next_cursor).expect("an optional string serialises"));
+    body.push('}');
+    Ok(HttpResponse::Ok().content_type("application/json").body(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_as_rfc3339_or_unix_seconds() {
+        let t = |s: &str| parse_time("created_after", s).map(|t| t.timestamp_millis()).map_err(|e| e.to_string());
+        assert_eq!(t("2026-01-02T03:04:05Z"), Ok(1_767_323_045_000));
+        assert_eq!(t("2026-01-02T04:04:05.250+01:00"), Ok(1_767_323_045_250));
+        assert_eq!(t("2026-01-02T04:04:05.250 01:00"), Ok(1_767_323_045_250));
+        assert_eq!(t("1767323045"), Ok(1_767_323_045_000));
+        assert_eq!(t("0"), Ok(0));
+        for bad in [
+            "",
+            " ",
+            "yesterday",
+            "2026-01-02",
+            "2026-01-02T03:04:05",
+            "-1",
+            "1.5",
+            "1e9",
+            "99999999999999999999",
+            "2026-13-01T00:00:00Z",
+            "ü 01:00",
+        ] {
+            let err = t(bad).unwrap_err();
+            assert!(err.contains("`created_after`"), "{bad}: {err}");
+        }
+    }
 }
