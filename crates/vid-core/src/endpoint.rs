@@ -92,6 +92,12 @@ pub struct Endpoint {
     pub disabled_reason: Option<String>,
     /// When it was disabled (RFC 3339).
     pub disabled_at: Option<DateTime<Utc>>,
+    /// While set and in the future, no attempt starts before this time
+    /// (RFC 3339): the endpoint answered `429` or `503`, and its `Retry-After`
+    /// (or the retry schedule) is honoured for the whole endpoint; due
+    /// deliveries wait, whatever their `next_attempt_at` says. `null` otherwise.
+    #[serde(default)]
+    pub throttled_until: Option<DateTime<Utc>>,
     /// RFC 3339.
     pub created_at: DateTime<Utc>,
 }
@@ -158,6 +164,7 @@ mod tests {
                 status: EndpointStatus::Enabled,
                 disabled_reason: None,
                 disabled_at: None,
+                throttled_until: None,
                 created_at: Utc::now(),
             },
             secret: "whsec_abc".into(),

@@ -24,11 +24,14 @@ export function attemptResult(status, errorClass) {
   return h('span', { class: 'muted' }, '—');
 }
 
-/** Status badge plus the reason and time an endpoint was disabled. */
+/** Status badge plus the reason and time an endpoint was disabled, or until when it is throttled. */
 export function endpointStatus(ep) {
   return h('span', {}, badge(ep.status),
     ep.status === 'disabled' && ep.disabled_reason ? h('span', { class: 'small' }, ` ${ep.disabled_reason}`) : null,
-    ep.status === 'disabled' && ep.disabled_at ? h('span', { class: 'small muted' }, ' since ', time(ep.disabled_at)) : null);
+    ep.status === 'disabled' && ep.disabled_at ? h('span', { class: 'small muted' }, ' since ', time(ep.disabled_at)) : null,
+    ep.status === 'enabled' && ep.throttled_until
+      ? h('span', { class: 'small muted', 'data-throttled-until': ep.throttled_until }, ' throttled (429/503) until ', time(ep.throttled_until))
+      : null);
 }
 
 /** Rotate-secret and enable buttons; `notices` is where the secret or a problem appears. */

@@ -254,6 +254,11 @@ async fn enabling_an_enabled_endpoint_keeps_its_throttling_and_failure_clock() {
     let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}:enable"), None).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "enabled");
+    assert_eq!(
+        body["throttled_until"].as_str().and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()).map(|t| t.timestamp()),
+        Some(until.timestamp()),
+        "the endpoint shows its throttling: {body}"
+    );
     let (t, f, c): (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>, i32) = ep::table
         .filter(ep::id.eq(&endpoint))
         .select((ep::throttled_until, ep::failing_since, ep::consecutive_failures))

@@ -358,7 +358,9 @@ async fn list_deliveries(
 ///
 /// The delivery becomes `pending` and due now. A `failed` or `succeeded`
 /// delivery gets exactly one more attempt (no retry schedule after it); a
-/// `pending` one is simply brought forward. Errors: `endpoint_disabled`
+/// `pending` one is simply brought forward. While the endpoint is throttled
+/// (`throttled_until` on the endpoint, after a `429`/`503`) the attempt
+/// waits until then. Errors: `endpoint_disabled`
 /// (409: enable the endpoint first).
 #[utoipa::path(
     post,

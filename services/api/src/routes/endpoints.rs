@@ -39,6 +39,7 @@ pub struct EndpointRow {
     pub status: String,
     pub disabled_reason: Option<String>,
     pub disabled_at: Option<DateTime<Utc>>,
+    pub throttled_until: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -54,6 +55,8 @@ impl EndpointRow {
             status: if self.status == "enabled" { EndpointStatus::Enabled } else { EndpointStatus::Disabled },
             disabled_reason: self.disabled_reason,
             disabled_at: self.disabled_at,
+            // A past throttle is over: show it only while it holds.
+            throttled_until: self.throttled_until.filter(|t| *t > Utc::now()),
             created_at: self.created_at,
         }
     }
