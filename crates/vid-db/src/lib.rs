@@ -30,22 +30,55 @@ pub type PooledConn = deadpool::Object<AsyncPgConnection>;
 /// Every migration under `crates/vid-db/migrations`, compiled into the binary.
 pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 
-/// Builds a pool of at most `settings.pool_size` connections. Connections are
-/// opened lazily; nothing is contacted here.
+/// How long a checkout waits for a free pooled connection before failing
+/// with [`PoolError::Timeout`] (the api answers `503`).
+pub const POOL_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long opening a new connection (TCP, startup, authentication) may take:
+/// a server that accepts TCP but never answers must not hang a caller (or a
+/// shutdown) forever.
+pub const POOL_CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long the health check of an idle connection being reused may take.
+pub const POOL_RECYCLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Builds a pool of at most `settings.pool_size` connections, with the
+/// [`POOL_WAIT_TIMEOUT`], [`POOL_CREATE_TIMEOUT`] and [`POOL_RECYCLE_TIMEOUT`]
+/// bounds. Connections are opened lazily; nothing is contacted here.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
     let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(settings.url.expose_secret());
-    deadpool::Pool::builder(manager).max_size(settings.pool_size).build().context("building the database pool")
+    deadpool::Pool::builder(manager)
+        .max_size(settings.pool_size)
+        .runtime(::deadpool::Runtime::Tokio1)
+        .wait_timeout(Some(POOL_WAIT_TIMEOUT))
+        .create_timeout(Some(POOL_CREATE_TIMEOUT))
+        .recycle_timeout(Some(POOL_RECYCLE_TIMEOUT))
+        .build()
+        .context("building the database pool")
 }
 
+/// Session advisory-lock key held while migrations run ("vid_migr").
+pub const MIGRATION_LOCK_KEY: i64 = 0x7669_645f_6d69_6772;
+
 /// Runs every pending migration against `url`; returns the versions applied.
-/// Safe to run concurrently from several processes: PostgreSQL serialises the DDL.
+///
+/// Safe to run concurrently from several processes (the migration Job and
+/// every api replica at start-up): each takes the session advisory lock
+/// [`MIGRATION_LOCK_KEY`] first, so they run one after another and the later
+/// ones find nothing pending. Without it, concurrent `CREATE TYPE`/`CREATE
+/// TABLE` of the same migration fail on PostgreSQL's catalog unique indexes.
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let mut conn =
             <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
-        let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
-        Ok(applied.into_iter().map(|v| v.to_string()).collect())
+        diesel::RunQueryDsl::execute(diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")), &mut conn)
+            .context("taking the migration lock")?;
+        let applied: anyhow::Result<Vec<String>> = conn
+            .run_pending_migrations(MIGRATIONS)
+            .map(|versions| versions.into_iter().map(|v| v.to_string()).collect())
+            .map_err(|e| anyhow::anyhow!("running migrations: {e}"));
+        // Released at disconnect anyway; explicit so a pooled use could not keep it.
+        let _ = diesel::RunQueryDsl::execute(diesel::sql_query(format!("SELECT pg_advisory_unlock({MIGRATION_LOCK_KEY})")), &mut conn);
+        applied
     })
     .await?
 }

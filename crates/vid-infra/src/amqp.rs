@@ -142,13 +142,16 @@ pub const CONNECT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Connects to RabbitMQ, retrying with capped exponential backoff for up to
 /// `give_up_after`; each attempt is bounded by [`CONNECT_ATTEMPT_TIMEOUT`].
-/// Errors: the last attempt's error once `give_up_after` has passed.
+/// Errors: at once for a malformed `amqp.url`; otherwise the last attempt's
+/// error once `give_up_after` has passed.
 pub async fn connect(settings: &AmqpSettings, give_up_after: Duration) -> anyhow::Result<Connection> {
     connect_with(settings, give_up_after, CONNECT_ATTEMPT_TIMEOUT).await
 }
 
 /// [`connect`] with another bound on each attempt (tests use a short one).
 pub async fn connect_with(settings: &AmqpSettings, give_up_after: Duration, attempt_timeout: Duration) -> anyhow::Result<Connection> {
+    // A malformed URL never gets better: fail now instead of retrying it.
+    settings.check()?;
     let deadline = tokio::time::Instant::now() + give_up_after;
     let mut delay = Duration::from_millis(200);
     loop {
@@ -266,6 +269,13 @@ pub fn correlation_id(props: &BasicProperties) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_malformed_url_fails_at_once() {
+        let settings = AmqpSettings { url: "notaurl".to_owned().into(), prefix: "bad".into() };
+        let err = connect_with(&settings, Duration::from_secs(3600), Duration::from_secs(10)).await.expect_err("refused");
+        assert!(format!("{err:#}").contains("not a valid AMQP URI"), "{err:#}");
+    }
 
     /// A "broker" on loopback that accepts TCP and never says a word: each
     /// attempt is abandoned after its timeout, and `connect` gives up.

@@ -88,6 +88,39 @@ pub struct S3Settings {
     pub secret_access_key: SecretString,
 }
 
+impl AmqpSettings {
+    /// Checks `url` is an AMQP URI, so a typo fails at start-up with this
+    /// message instead of an endless reconnect loop.
+    /// Errors: the parser's reason.
+    pub fn check(&self) -> anyhow::Result<()> {
+        use secrecy::ExposeSecret;
+        self.url
+            .expose_secret()
+            .parse::<lapin::uri::AMQPUri>()
+            .map(|_| ())
+            .map_err(|e| anyhow::anyhow!("amqp.url is not a valid AMQP URI (amqp://user:pass@host:port/vhost): {e}"))
+    }
+}
+
+impl S3Settings {
+    /// Checks `endpoint` (and `public_endpoint`) are absolute `http`/`https`
+    /// URLs with a host, so a typo fails at start-up instead of every storage call.
+    /// Errors: which setting and why.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let check = |name: &str, value: &str| -> anyhow::Result<()> {
+            let u = url::Url::parse(value).map_err(|e| anyhow::anyhow!("{name} {value:?} is not a URL: {e}"))?;
+            anyhow::ensure!(matches!(u.scheme(), "http" | "https"), "{name} {value:?} must be an http or https URL");
+            anyhow::ensure!(u.host_str().is_some_and(|h| !h.is_empty()), "{name} {value:?} has no host");
+            Ok(())
+        };
+        check("s3.endpoint", &self.endpoint)?;
+        if let Some(p) = &self.public_endpoint {
+            check("s3.public_endpoint", p)?;
+        }
+        Ok(())
+    }
+}
+
 /// `[telemetry]`: logs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct TelemetrySettings {
@@ -105,4 +138,33 @@ pub enum LogFormat {
     Pretty,
     /// One JSON object per line.
     Json,
+}
+
+#[cfg(test)]
+mod endpoint_checks {
+    use super::*;
+
+    fn s3(endpoint: &str) -> S3Settings {
+        S3Settings {
+            endpoint: endpoint.into(),
+            public_endpoint: None,
+            region: "garage".into(),
+            bucket: "b".into(),
+            access_key_id: "k".into(),
+            secret_access_key: "s".to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn malformed_endpoints_are_refused_with_the_setting_named() {
+        assert!(s3("http://127.0.0.1:3900").check().is_ok());
+        assert!(s3("https://s3.example.com").check().is_ok());
+        for bad in ["notaurl", "::::", "ftp://host", "http://"] {
+            let e = s3(bad).check().expect_err(bad).to_string();
+            assert!(e.contains("s3.endpoint"), "{bad}: {e}");
+        }
+        let amqp = |u: &str| AmqpSettings { url: u.to_owned().into(), prefix: "p".into() };
+        assert!(amqp("amqp://guest:guest@127.0.0.1:5672/%2f").check().is_ok());
+        assert!(amqp("notaurl").check().unwrap_err().to_string().contains("amqp.url"));
+    }
 }

@@ -49,13 +49,19 @@ pub fn postgres_server_url() -> String {
 /// Creates an empty database with every migration applied; returns its URL.
 /// Databases are named `vidtest_<ulid>`; `scripts/stack.sh` drops old ones.
 pub async fn fresh_database() -> String {
+    let url = empty_database().await;
+    vid_db::migrate(&url).await.expect("migrate test database");
+    url
+}
+
+/// Creates an empty database with no migration applied; returns its URL
+/// (named like [`fresh_database`]'s).
+pub async fn empty_database() -> String {
     let server = postgres_server_url();
     let name = format!("vidtest_{}", ulid::Ulid::new().to_string().to_ascii_lowercase());
     let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres")).await.expect("connect to PostgreSQL");
     diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create test database");
-    let url = format!("{server}/{name}");
-    vid_db::migrate(&url).await.expect("migrate test database");
-    url
+    format!("{server}/{name}")
 }
 
 /// Settings of type `T` as a service would load them with `VID_PROFILE=test`,

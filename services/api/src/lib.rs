@@ -53,7 +53,7 @@ impl Application {
     /// Builds the state and binds `settings.api.listen`. Contacts nothing yet
     /// except the socket: the database pool and brokers connect lazily.
     ///
-    /// Errors: a malformed sealing key, an unbindable address.
+    /// Errors: a malformed sealing key, `amqp.url` or `s3.endpoint`, an unbindable address.
     pub fn build(settings: Settings) -> anyhow::Result<Self> {
         Self::build_with_resolver(settings, Arc::new(SystemResolver::new()))
     }
@@ -62,6 +62,8 @@ impl Application {
     pub fn build_with_resolver(settings: Settings, resolver: Arc<dyn vid_netguard::Resolve>) -> anyhow::Result<Self> {
         let sealing_key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
+        settings.amqp.check()?;
+        settings.s3.check()?;
         let url_policy =
             UrlPolicy::strict().with_require_https(settings.webhooks.require_https).with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
         vid_infra::metrics::install();

@@ -156,11 +156,14 @@ impl Dispatcher {
     /// `resolver` resolves endpoint host names at every attempt
     /// ([`vid_netguard::SystemResolver`] in production; tests inject one).
     ///
-    /// Errors: a malformed `webhooks.secret_key`, an empty retry schedule, an unbindable address.
+    /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
+    /// an empty retry schedule, an unbindable address.
     pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
         SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
         anyhow::ensure!(!settings.dispatcher.retry_schedule_seconds.is_empty(), "dispatcher.retry_schedule_seconds is empty");
+        settings.amqp.check()?;
+        settings.database.url.expose_secret().parse::<url::Url>().map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
         let health = std::net::TcpListener::bind(&settings.dispatcher.health_listen)
             .with_context(|| format!("binding {}", settings.dispatcher.health_listen))?;
         health.set_nonblocking(true)?;

@@ -25,7 +25,13 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
-/// Readiness: the database and the media bucket answer.
+/// How long each readiness check (database, bucket) may take before it counts as failed.
+pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Readiness: the database and the media bucket answer, each within
+/// [`READINESS_CHECK_TIMEOUT`]. RabbitMQ is deliberately not checked: the
+/// api writes jobs and events to its transactional outbox and keeps serving
+/// while the broker is away (the relay publishes once it is back).
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -36,11 +42,18 @@ async fn healthz() -> HttpResponse {
     ),
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let db_ok = match state.db.get().await {
-        Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
-        Err(_) => false,
+    // Each check answers within READINESS_CHECK_TIMEOUT: a dependency that
+    // accepts connections but never answers makes the api unready, not stuck.
+    let db = async {
+        match state.db.get().await {
+            Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
+            Err(_) => false,
+        }
     };
-    let storage_ok = state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok();
+    let storage = async { state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok() };
+    let (db_ok, storage_ok) = futures::join!(async { tokio::time::timeout(READINESS_CHECK_TIMEOUT, db).await.unwrap_or(false) }, async {
+        tokio::time::timeout(READINESS_CHECK_TIMEOUT, storage).await.unwrap_or(false)
+    },);
     let body = serde_json::json!({"database": db_ok, "storage": storage_ok});
     if db_ok && storage_ok {
         HttpResponse::Ok().json(body)
