@@ -67,6 +67,22 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// True for failures worth retrying as they are: the connection failed
+    /// or was cut, or the server answered `502`, `503` or `504`.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ClientError::Http(e) => e.is_connect() || e.is_request() || e.is_body() || e.is_timeout(),
+            ClientError::Api(p) => matches!(p.status, 502..=504),
+            ClientError::Unexpected { status, .. } => matches!(status, 502..=504),
+            _ => false,
+        }
+    }
+}
+
+/// Pause before `wait_operation` calls again after a transient failure.
+const WAIT_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+impl ClientError {
     /// The problem details, when the API sent some.
     pub fn problem(&self) -> Option<&Problem> {
         match self {
@@ -227,7 +243,10 @@ impl Client {
     /// Follows an operation until it is terminal, calling `on_change` with
     /// its current state first and then on every change; gives up after
     /// `timeout`. Uses long-polling (`:wait`), so changes arrive as they
-    /// happen without polling at a fixed interval.
+    /// happen without polling at a fixed interval. A lost connection or a
+    /// `502`/`503`/`504` (an api replica stopping during a rollout, a load
+    /// balancer between replicas) is retried after a short pause, within
+    /// `timeout`; other errors end the wait.
     pub async fn wait_operation(
         &self,
         id: &OperationId,
@@ -240,7 +259,14 @@ impl Client {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let seconds = if revision < 0 { 0 } else { left.as_secs_f64().ceil() as u64 };
-            let answer = self.wait_operation_once(id, Some(seconds.min(WAIT_CALL_SECONDS)), Some(revision)).await?;
+            let answer = match self.wait_operation_once(id, Some(seconds.min(WAIT_CALL_SECONDS)), Some(revision)).await {
+                Ok(a) => a,
+                Err(e) if e.is_transient() && tokio::time::Instant::now() + WAIT_RETRY_PAUSE < deadline => {
+                    tokio::time::sleep(WAIT_RETRY_PAUSE).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if answer.revision != revision {
                 on_change(&answer.operation);
                 revision = answer.revision;

@@ -40,13 +40,14 @@ use vid_netguard::{SystemResolver, UrlPolicy};
 
 use crate::error::problem_response;
 pub use crate::settings::Settings;
-use crate::state::AppState;
+use crate::state::{AppState, Draining};
 
 /// A built, bound, not yet running api.
 pub struct Application {
     port: u16,
     listener: TcpListener,
     state: AppState,
+    draining: tokio::sync::watch::Sender<bool>,
 }
 
 impl Application {
@@ -68,6 +69,7 @@ impl Application {
             UrlPolicy::strict().with_require_https(settings.webhooks.require_https).with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
         vid_infra::metrics::install();
         let db = vid_db::pool(&settings.database)?;
+        let (draining, draining_view) = Draining::new(Duration::from_secs(settings.api.stream_drain_seconds));
         let state = AppState {
             s3: vid_infra::storage::client(&settings.s3),
             presigner: vid_infra::storage::presigning_client(&settings.s3),
@@ -77,12 +79,13 @@ impl Application {
             url_policy: Arc::new(url_policy),
             resolver,
             watchers: watch::Registry::new(db.clone(), settings.operations.max_watchers_per_tenant),
+            draining: draining_view,
             db,
             settings: Arc::new(settings),
         };
         let listener = TcpListener::bind(&state.settings.api.listen).with_context(|| format!("binding {}", state.settings.api.listen))?;
         let port = listener.local_addr()?.port();
-        Ok(Self { port, listener, state })
+        Ok(Self { port, listener, state, draining })
     }
 
     /// The bound port.
@@ -98,7 +101,9 @@ impl Application {
     /// Serves HTTP and runs the background tasks until SIGTERM/SIGINT.
     ///
     /// SIGTERM (graceful): the listener closes at once (new connections are
-    /// refused), in-flight requests get up to 30 s to finish; then the report
+    /// refused), in-flight requests get up to 30 s to finish, long-lived ones
+    /// (`:wait`, event streams) end cleanly after `[api] stream_drain_seconds`
+    /// (20 s; see [`Draining`]) so none is cut; then the report
     /// consumers finish the message in hand and the outbox relay its batch
     /// plus one last pass (up to [`DRAIN_TIMEOUT`]), and the rest stops.
     /// SIGINT stops at once.
@@ -113,6 +118,7 @@ impl Application {
             tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
             tokio::spawn(watch::run_listener(state.watchers.clone(), state.settings.database.url.expose_secret().to_owned())),
         ];
+        let draining = self.draining;
         let data = web::Data::new(state);
         let server = HttpServer::new(move || {
             App::new()
@@ -140,8 +146,29 @@ impl Application {
         // instead of living on until the next write fails.
         .h1_allow_half_closed(false)
         .listen(self.listener)?
+        // Signals are ours (below), so SIGTERM can start the drain window too.
+        .disable_signals()
         .run();
+        let handle = server.handle();
+        let signals = tokio::spawn(async move {
+            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+                tracing::error!("cannot listen for SIGTERM");
+                return;
+            };
+            tokio::select! {
+                _ = term.recv() => {
+                    tracing::info!("SIGTERM received; refusing new connections, draining requests");
+                    let _ = draining.send(true);
+                    handle.stop(true).await;
+                }
+                _ = tokio::signal::ctrl_c() => {
+                    tracing::info!("SIGINT received; stopping now");
+                    handle.stop(false).await;
+                }
+            }
+        });
         let result = server.await;
+        signals.abort();
         tracing::info!("http server stopped; draining the consumers and the outbox relay");
         let _ = stop_tx.send(true);
         let aborts: Vec<_> = drained.iter().map(|t| t.abort_handle()).collect();

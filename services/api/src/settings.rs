@@ -32,6 +32,17 @@ pub struct HttpSettings {
     pub listen: String,
     /// Public base URL for absolute links; empty for relative `Location` headers.
     pub public_url: String,
+    /// After SIGTERM, open `:wait` calls and operation event streams keep
+    /// going for this many seconds, then end cleanly (`:wait` answers
+    /// `timeout` with the current state; a stream ends, and the client
+    /// reconnects with `Last-Event-ID` to another replica). Below the HTTP
+    /// server's 30 s shutdown limit, so no response is ever cut.
+    #[serde(default = "default_stream_drain_seconds")]
+    pub stream_drain_seconds: u64,
+}
+
+fn default_stream_drain_seconds() -> u64 {
+    20
 }
 
 /// `[uploads]`

@@ -33,4 +33,32 @@ pub struct AppState {
     pub resolver: Arc<dyn Resolve>,
     /// Waiters on operation changes (`:wait`, event streams), fed by the LISTEN connection.
     pub watchers: Arc<crate::watch::Registry>,
+    /// Turns true at SIGTERM; see [`Draining`].
+    pub draining: Draining,
+}
+
+/// The api's shutdown as long-lived requests see it: [`Draining::over`]
+/// resolves `[api] stream_drain_seconds` after SIGTERM, when open `:wait`
+/// calls and event streams end cleanly (before the HTTP server's own limit).
+#[derive(Clone)]
+pub struct Draining {
+    rx: tokio::sync::watch::Receiver<bool>,
+    window: std::time::Duration,
+}
+
+impl Draining {
+    /// A pair: the sender (set to `true` at SIGTERM) and the view handlers use.
+    pub fn new(window: std::time::Duration) -> (tokio::sync::watch::Sender<bool>, Self) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (tx, Self { rx, window })
+    }
+
+    /// Resolves `window` after draining began; never, if it never begins.
+    pub async fn over(&self) {
+        let mut rx = self.rx.clone();
+        if rx.wait_for(|d| *d).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(self.window).await;
+    }
 }

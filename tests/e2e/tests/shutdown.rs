@@ -95,6 +95,46 @@ fn terminal_events(stack: &Stack, op: &OperationId) -> (i64, i64, i64) {
     (v[0], v[1], v[2])
 }
 
+/// Long-lived requests are never cut by a shutdown: after SIGTERM a `:wait`
+/// on an operation that does not move answers `timeout` with its current
+/// state, and an event stream ends cleanly, both once
+/// `[api] stream_drain_seconds` (2 s here) have passed; then the api exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_sigterm_ends_waits_and_event_streams_cleanly() {
+    let mut stack = Stack::start(&[("VID__API__STREAM_DRAIN_SECONDS", "2")]).await;
+    stack.kill("transcoder"); // the operation stays pending
+    let op = upload(&stack, 320, 240, 1.0).await;
+    let client = stack.client();
+    let mut events = client.operation_events(&op, None).await.expect("stream opens").expect("not terminal yet");
+    let first = events.next().await.expect("first event").expect("an event");
+    assert_eq!(first.operation.status, OperationStatus::Pending);
+    let waiting = {
+        let client = client.clone();
+        let op = op.clone();
+        let key = stack.api_key.clone();
+        tokio::spawn(async move {
+            client
+                .http()
+                .post(format!("{}/operations/{op}:wait", client.base_url()))
+                .bearer_auth(key)
+                .json(&serde_json::json!({ "timeout_seconds": 60 }))
+                .send()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await; // the wait is open
+    stack.terminate("api");
+
+    let answer = waiting.await.unwrap().expect("the :wait gets an answer, not a cut connection");
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.expect("a complete JSON body");
+    assert_eq!(body["reason"], "timeout", "{body}");
+    assert_eq!(body["operation"]["status"], "pending", "{body}");
+    assert!(events.next().await.expect("the stream ends cleanly, not cut").is_none(), "no event after the first");
+    let status = stack.wait_exit("api", Duration::from_secs(30)).await.expect("the api exits once they ended");
+    assert!(status.success(), "api exit status {status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_sigterm_finishes_the_request_in_flight_and_refuses_new_connections() {
     let mut stack = Stack::start(&[("VID__TELEMETRY__FORMAT", "json"), ("VID__TELEMETRY__LEVEL", "info")]).await;

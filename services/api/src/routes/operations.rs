@@ -274,7 +274,9 @@ async fn watch_operation(
 /// - `changed` as soon as the operation's status, progress or phase changes after
 ///   the call arrived (or its revision is already above the `revision` given);
 /// - `terminal` at once if it was already terminal;
-/// - `timeout` after `timeout_seconds` (default 30, at most 60) without a change.
+/// - `timeout` after `timeout_seconds` (default 30, at most 60) without a change,
+///   or earlier when this api replica is stopping (`[api] stream_drain_seconds`
+///   after SIGTERM): call again.
 ///
 /// Holds one of the tenant's `operations.max_watchers_per_tenant` slots while
 /// waiting; past the bound: `429 too_many_watchers` with `Retry-After`.
@@ -317,9 +319,14 @@ async fn wait_operation(state: web::Data<AppState>, tenant: Tenant, path: web::P
     if current.operation.status.is_terminal() {
         return Ok(answer(current, WaitReason::Terminal));
     }
-    Ok(match tokio::time::timeout(timeout, watch.newer_than(baseline)).await {
-        Ok(changed) => answer(changed, WaitReason::Changed),
-        Err(_) => {
+    // A stopping api answers early, as if the timeout had passed (see `Draining`).
+    let changed = tokio::select! {
+        r = tokio::time::timeout(timeout, watch.newer_than(baseline)) => r.ok(),
+        _ = state.draining.over() => None,
+    };
+    Ok(match changed {
+        Some(changed) => answer(changed, WaitReason::Changed),
+        None => {
             let latest = watch.latest().filter(|s| s.revision >= current.revision).unwrap_or(current);
             answer(latest, WaitReason::Timeout)
         }
@@ -359,7 +366,7 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
     security(("api_key" = [])),
     params(("id" = vid_core::OperationId, Path, description = "The operation."), ("Last-Event-ID" = Option<i64>, Header, description = "On reconnect: the `id:` (revision) of the last event received.")),
     responses(
-        (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event.", content_type = "text/event-stream", body = String),
+        (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event, or when this api replica is stopping (a `: server stopping` comment, then the end: reconnect with `Last-Event-ID`).", content_type = "text/event-stream", body = String),
         (status = 204, description = "A reconnect after the terminal event: nothing more will come."),
         (status = 401, response = crate::openapi::Unauthorized),
         (status = 404, response = crate::openapi::NotFound),
@@ -388,8 +395,15 @@ async fn operation_events(
         first: Option<crate::watch::Snapshot>,
         sent: i64,
         done: bool,
+        draining: crate::state::Draining,
     }
-    let start = Stream { first: (!up_to_date).then(|| current.clone()), sent: current.revision, watch, done: false };
+    let start = Stream {
+        first: (!up_to_date).then(|| current.clone()),
+        sent: current.revision,
+        watch,
+        done: false,
+        draining: state.draining.clone(),
+    };
     let head = futures::stream::once(async { Ok::<_, actix_web::Error>(web::Bytes::from_static(b"retry: 3000\n\n")) });
     let events = futures::stream::unfold(start, |mut st| async move {
         if st.done {
@@ -397,10 +411,22 @@ async fn operation_events(
         }
         let next = match st.first.take() {
             Some(first) => first,
-            None => match tokio::time::timeout(EVENTS_KEEP_ALIVE, st.watch.newer_than(st.sent)).await {
-                Ok(next) => next,
-                Err(_) => return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), st)),
-            },
+            None => {
+                let waited = tokio::select! {
+                    r = tokio::time::timeout(EVENTS_KEEP_ALIVE, st.watch.newer_than(st.sent)) => Some(r),
+                    // The api is stopping: end the stream cleanly; the client
+                    // reconnects with `Last-Event-ID` (to another replica).
+                    _ = st.draining.over() => None,
+                };
+                match waited {
+                    Some(Ok(next)) => next,
+                    Some(Err(_)) => return Some((Ok(web::Bytes::from_static(b": keep-alive\n\n")), st)),
+                    None => {
+                        st.done = true;
+                        return Some((Ok(web::Bytes::from_static(b": server stopping; reconnect with Last-Event-ID\n\n")), st));
+                    }
+                }
+            }
         };
         st.sent = next.revision;
         st.done = next.operation.status.is_terminal();
