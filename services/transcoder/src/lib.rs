@@ -5,6 +5,7 @@
 //! - [`media`]: probe, validate, ladder planning, the single-decode transcoder, poster;
 //! - [`child`]: the child-process protocol (`transcoder work --spec …`) and its supervision;
 //! - [`worker`]: the queue loop (jobs, cancel, reports, acks, shutdown);
+//! - [`workdir`]: the locked per-job directories and the start-up sweep of a killed process's leftovers;
 //! - [`scan`]: the clamd `INSTREAM` client and the scan metrics (the scanning phase runs in [`worker`]);
 //! - [`settings`]: the `[transcoder]` and `[scanner]` settings;
 //! - [`health`]: `/healthz`, `/readyz` and `/metrics`.
@@ -17,4 +18,5 @@ pub mod health;
 pub mod media;
 pub mod scan;
 pub mod settings;
+pub mod workdir;
 pub mod worker;

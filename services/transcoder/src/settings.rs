@@ -107,7 +107,10 @@ pub struct TranscoderSettings {
     pub health_listen: SocketAddr,
     /// Jobs worked on at once (= AMQP prefetch), at least 1.
     pub concurrency: u16,
-    /// Local scratch directory; each job works in `<work_dir>/<operation id>/`, removed afterwards.
+    /// Local scratch directory; each job works in `<work_dir>/<operation id>/`,
+    /// locked by `<operation id>.lock` beside it and removed afterwards. Job
+    /// directories left by a killed process are removed when a worker starts;
+    /// processes may share one work dir (see `crate::workdir`).
     pub work_dir: PathBuf,
     /// Longest accepted source, seconds.
     pub max_duration_seconds: f64,

@@ -25,16 +25,89 @@
 //!    the child is killed, uploaded outputs deleted, the job acked, nothing
 //!    more published.
 //! 7. Shutdown: the consumer is cancelled, running jobs get
-//!    `shutdown_grace_seconds` to finish; the rest are killed and requeued.
+//!    `shutdown_grace_seconds` to finish; the rest are killed and handed
+//!    back to the queue without spending a delivery (below).
 //!
 //! Every job runs in a `job` span carrying `correlation_id` (the AMQP
 //! `x-correlation-id` header: the operation id), `operation_id` and
 //! `video_id`. Metrics: `amqp_messages_consumed_total{queue,outcome}`,
 //! `transcode_jobs_total{outcome}`, `transcode_duration_seconds{rendition}`
 //! (see `vid_infra::metrics`) next to the scan counters of [`crate::scan`].
+//! A job handed back by a shutdown counts as `outcome="requeue"` in the
+//! former (republished or nacked alike) and `outcome="shutdown"` in the latter.
 //!
 //! The local work directory `<work_dir>/<operation id>/` is removed when the
 //! job ends, whatever the outcome (a drop guard, so also on panic or abort).
+//! It is locked (`flock`) while the job runs, and what a killed process left
+//! is swept when the next worker starts ([`crate::workdir`]).
+//!
+//! # The delivery limit, crashes and shutdowns
+//!
+//! `P.transcode.jobs` is a quorum queue with `x-delivery-limit`
+//! (`vid_infra::amqp::TRANSCODE_DELIVERY_LIMIT`): it counts every return of
+//! a message, by nack/reject with requeue or because the consumer's channel
+//! or connection went away unacked, and dead-letters the message past the
+//! limit (RabbitMQ 3.10 dead-letters on the 6th return with a limit of 5).
+//! That is what stops a job that crashes its workers (SIGKILL, OOM kill, a
+//! lost node: the broker returns the unacked delivery) from looping forever;
+//! the api then fails the operation `transcode_retries_exhausted`.
+//!
+//! A graceful shutdown is not such a failure, and must cost the job only
+//! time. So a job stopped by a shutdown is not nacked: `republish` sends a
+//! copy of the message (same body, properties and headers, the correlation
+//! id included; only the broker's `x-delivery-count` dropped) through
+//! `P.transcode` with routing key `job` and waits for the broker's confirm,
+//! and only then is the delivery acked. The copy is a fresh message with no
+//! deliveries spent, however often workers are stopped. Its one cost: it
+//! queues behind the jobs already waiting, where a returned message would
+//! have been handed out first. If the copy cannot be published (broker
+//! trouble, no confirm within [`REPUBLISH_TIMEOUT`]), the delivery is
+//! nacked back as before, spending one delivery, rather than lost.
+//! Transient failures still nack (they are what the limit is for), and a
+//! crash still spends a delivery: nothing of this runs then.
+//!
+//! # Duplicates
+//!
+//! If the process dies, or its channel fails, after the confirm of the copy
+//! and before the broker has the ack, the broker returns the original too:
+//! the job is then queued twice. (So it is when the broker takes a copy
+//! whose confirm came too late, after the fallback nack. The api's outbox
+//! is at-least-once for the
+//! same reason, so a duplicate job was always possible; queue consumers are
+//! idempotent.) A second copy of a job is harmless:
+//!
+//! - Every copy carries the same operation id, source key and output keys:
+//!   a second run reads the same source and writes the same objects again,
+//!   with the same encode (byte for byte when x264 runs with the same thread
+//!   count; otherwise a rendition's size may differ a little from the
+//!   `size_bytes` the api recorded). Each PUT or CompleteMultipartUpload
+//!   replaces an object whole, so a reader sees one complete version or the
+//!   other.
+//! - The api applies reports under the operation's row lock
+//!   (`services/api/src/lifecycle.rs`): `Started`, `Progress` and `Scanned`
+//!   on a terminal operation are ignored, progress never goes back, and a
+//!   terminal status is never overwritten. A second `Succeeded` (or a
+//!   `Failed` after `Succeeded`) changes nothing and records no event, so the
+//!   customer sees one `video.ready`. A `Succeeded` for an operation that
+//!   ended otherwise (cancelled, failed) has its outputs deleted by the api;
+//!   a progress report for a cancelled operation makes the api broadcast the
+//!   cancel again, which stops the copy.
+//! - A copy of an infected source's job finds the source quarantined and
+//!   reports the same `malware_detected` (ignored as a duplicate).
+//! - Two copies may run at once, in two workers or in two slots of one: each
+//!   delivery has its own state here, its own job directory (the second
+//!   holder of an operation's directory gets `<operation id>-2/`, see
+//!   [`crate::workdir`]), and a cancel reaches every holder.
+//!
+//! The price is the duplicate's compute, and the copy being subject to the
+//! delivery limit like any job.
+//!
+//! # Connecting
+//!
+//! A session starts by connecting, which retries for up to 30 s while the
+//! broker is unreachable; that wait (and the topology and consumer set-up)
+//! races the shutdown signal, so SIGTERM during a broker outage ends the
+//! process at once. Between sessions the backoff sleep races it too.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -49,8 +122,10 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
+use lapin::publisher_confirm::Confirmation;
 use lapin::types::FieldTable;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -59,12 +134,13 @@ use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeRep
 use vid_core::operation::{Phase, ScanOutcome};
 use vid_core::video::{Poster, Rendition};
 use vid_core::{OperationId, Problem};
-use vid_infra::amqp::{Publisher, Topology, RK_REPORT};
+use vid_infra::amqp::{Publisher, Topology, RK_JOB, RK_REPORT};
 
 use crate::child::{self, ChildMessage, ChildOutcome, Stop};
 use crate::media::{MediaJob, MediaOutcome};
 use crate::scan::{self, ScanError, Verdict, METRICS};
 use crate::settings::Settings;
+use crate::workdir::{self, JobDir};
 
 /// Objects larger than this are uploaded with S3 multipart upload.
 pub const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;
@@ -98,10 +174,25 @@ enum JobEnd {
     },
     /// Cancelled: outputs deleted; ack, publish nothing.
     Cancelled,
-    /// Shutting down: requeue at once.
+    /// Shutting down: hand the job back at once ([`Worker::hand_back`]).
     Shutdown,
     /// Retry later: sleep, then requeue.
     Transient(anyhow::Error),
+}
+
+/// A session's broker side, as [`Worker::open`] leaves it.
+struct Opened {
+    conn: lapin::Connection,
+    /// Confirm-mode channel: reports and shutdown republishes.
+    publisher: Publisher,
+    /// The jobs channel (prefetch = concurrency).
+    ch: lapin::Channel,
+    /// Consumer tag of the jobs consumer.
+    tag: String,
+    jobs: lapin::Consumer,
+    /// Kept open for `cancels`.
+    ctl: lapin::Channel,
+    cancels: lapin::Consumer,
 }
 
 impl Worker {
@@ -125,11 +216,14 @@ impl Worker {
         }
     }
 
-    /// Consumes jobs until `shutdown` turns true, reconnecting after broker
-    /// failures (jobs in flight then are killed; the broker redelivers them).
-    /// Returns after a graceful shutdown.
+    /// Sweeps the work dir ([`workdir::sweep`]), then consumes jobs until
+    /// `shutdown` turns true, reconnecting after broker failures (jobs in
+    /// flight then are killed; the broker redelivers them). Returns after a
+    /// graceful shutdown, also one that comes while connecting. Errors: none
+    /// in practice; broker failures are retried until the shutdown.
     pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
         const FIRST: Duration = Duration::from_millis(500);
+        self.sweep_work_dir().await;
         let mut delay = FIRST;
         loop {
             if *shutdown.borrow() {
@@ -155,32 +249,46 @@ impl Worker {
         }
     }
 
+    /// Creates the work dir if needed and removes what killed processes left
+    /// in it ([`workdir::sweep`]); problems are logged, never fatal (a job
+    /// that cannot create its directory is retried like any transient failure).
+    async fn sweep_work_dir(&self) {
+        let root = self.settings.transcoder.work_dir.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&root)?;
+            workdir::sweep(&root)
+        })
+        .await;
+        match swept {
+            Ok(Ok(s)) if s.removed.is_empty() && s.in_use.is_empty() && s.failed.is_empty() => {}
+            Ok(Ok(s)) => tracing::info!(
+                removed = ?s.removed,
+                in_use = ?s.in_use,
+                failed = ?s.failed,
+                "work dir swept: job directories of dead processes removed, live ones kept"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(work_dir = %self.settings.transcoder.work_dir.display(), error = %e, "could not sweep the work dir")
+            }
+            Err(e) => tracing::warn!(error = %e, "the work dir sweep panicked"),
+        }
+    }
+
     async fn session(&self, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
-        let conn = vid_infra::amqp::connect(&self.settings.amqp, Duration::from_secs(30)).await?;
-        let publisher = Publisher::new(&conn).await.context("opening the publisher channel")?;
-        self.topology.declare(publisher.channel()).await?;
-        let ch = conn.create_channel().await?;
-        let concurrency = self.settings.transcoder.concurrency.max(1);
-        ch.basic_qos(concurrency, BasicQosOptions::default()).await?;
-        let tag = format!("transcoder-{}", self.name);
-        let mut jobs = ch
-            .basic_consume(&self.topology.transcode_jobs(), &tag, BasicConsumeOptions::default(), FieldTable::default())
-            .await
-            .context("consuming transcode jobs")?;
-        let ctl = conn.create_channel().await?;
-        let q = ctl
-            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
-            .await?;
-        ctl.queue_bind(q.name().as_str(), &self.topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default())
-            .await?;
-        let mut cancels = ctl
-            .basic_consume(q.name().as_str(), "", BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default())
-            .await?;
+        // During a broker outage `open` retries for up to 30 s: a shutdown does not wait for it.
+        let opened = tokio::select! {
+            o = self.open() => o?,
+            _ = shutdown.wait_for(|s| *s) => {
+                tracing::info!("shutting down while connecting to RabbitMQ");
+                return Ok(());
+            }
+        };
+        let Opened { conn, publisher, ch, tag, mut jobs, ctl: _ctl, mut cancels } = opened;
         let conn = Arc::new(conn);
         // The metric label of the exclusive, server-named control queue: its exchange (stable).
         let control = self.topology.control_exchange();
         self.ready.store(true, Ordering::SeqCst);
-        tracing::info!(queue = %self.topology.transcode_jobs(), concurrency, "consuming transcode jobs");
+        tracing::info!(queue = %self.topology.transcode_jobs(), concurrency = self.settings.transcoder.concurrency.max(1), "consuming transcode jobs");
 
         let active: Active = Arc::default();
         let mut tasks = JoinSet::new();
@@ -251,6 +359,34 @@ impl Worker {
         Ok(())
     }
 
+    /// Connects (retrying for up to 30 s, see `vid_infra::amqp::connect`),
+    /// declares the topology and starts both consumers: the jobs (prefetch =
+    /// concurrency, manual ack) and this worker's exclusive control queue.
+    /// Dropping the future midway closes whatever it had opened.
+    async fn open(&self) -> anyhow::Result<Opened> {
+        let conn = vid_infra::amqp::connect(&self.settings.amqp, Duration::from_secs(30)).await?;
+        let publisher = Publisher::new(&conn).await.context("opening the publisher channel")?;
+        self.topology.declare(publisher.channel()).await?;
+        let ch = conn.create_channel().await?;
+        let concurrency = self.settings.transcoder.concurrency.max(1);
+        ch.basic_qos(concurrency, BasicQosOptions::default()).await?;
+        let tag = format!("transcoder-{}", self.name);
+        let jobs = ch
+            .basic_consume(&self.topology.transcode_jobs(), &tag, BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .context("consuming transcode jobs")?;
+        let ctl = conn.create_channel().await?;
+        let q = ctl
+            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
+            .await?;
+        ctl.queue_bind(q.name().as_str(), &self.topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default())
+            .await?;
+        let cancels = ctl
+            .basic_consume(q.name().as_str(), "", BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default())
+            .await?;
+        Ok(Opened { conn, publisher, ch, tag, jobs, ctl, cancels })
+    }
+
     async fn handle(
         &self,
         delivery: Delivery,
@@ -298,10 +434,7 @@ impl Worker {
                 tracing::info!("job cancelled: acked, nothing more reported");
                 (delivery.ack(BasicAckOptions::default()).await, "ack", "cancelled")
             }
-            JobEnd::Shutdown => {
-                tracing::info!("job requeued for shutdown");
-                (delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await, "requeue", "shutdown")
-            }
+            JobEnd::Shutdown => (self.hand_back(&delivery, &publisher).await, "requeue", "shutdown"),
             JobEnd::Transient(e) => {
                 tracing::warn!(error = format!("{e:#}"), "transient failure: requeueing after a backoff");
                 tokio::time::sleep(Duration::from_secs_f64(self.settings.transcoder.retry_backoff_seconds.max(0.0))).await;
@@ -315,10 +448,35 @@ impl Worker {
         job_outcome(outcome);
     }
 
+    /// Puts a job stopped by a graceful shutdown back in its queue without
+    /// spending one of its deliveries: a copy is republished ([`republish`])
+    /// and, once the broker confirmed it, the delivery is acked. If the copy
+    /// cannot be published (within [`REPUBLISH_TIMEOUT`]), the delivery is
+    /// nacked back instead, which spends one. Returns the ack's (or nack's)
+    /// result.
+    async fn hand_back(&self, delivery: &Delivery, publisher: &Publisher) -> Result<(), lapin::Error> {
+        let exchange = self.topology.transcode_exchange();
+        match tokio::time::timeout(REPUBLISH_TIMEOUT, republish(publisher, &exchange, delivery)).await {
+            Ok(Ok(())) => {
+                tracing::info!("job requeued for shutdown: a copy republished and confirmed, the delivery acked (no delivery spent)");
+                delivery.ack(BasicAckOptions::default()).await
+            }
+            outcome => {
+                let error = match outcome {
+                    Ok(Err(e)) => format!("{e:#}"),
+                    _ => format!("no confirm within {REPUBLISH_TIMEOUT:?}"),
+                };
+                tracing::warn!(error, "job requeued for shutdown by a nack (the copy could not be republished; this spends a delivery)");
+                delivery.nack(BasicNackOptions { requeue: true, ..Default::default() }).await
+            }
+        }
+    }
+
     async fn process(&self, job: &TranscodeJob, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
-        let work = match WorkDir::create(&self.settings.transcoder.work_dir, job.operation_id.as_str()) {
+        let root = &self.settings.transcoder.work_dir;
+        let work = match JobDir::create(root, &job.operation_id) {
             Ok(w) => w,
-            Err(e) => return JobEnd::Transient(e),
+            Err(e) => return JobEnd::Transient(anyhow!(e).context(format!("creating the job's directory under {}", root.display()))),
         };
         let reports = Reports {
             publisher: publisher.clone(),
@@ -353,7 +511,7 @@ impl Worker {
             Err(StepError::Transient(e)) => JobEnd::Transient(e),
             Err(StepError::Report(_)) => unreachable!("mapped above"),
         }
-        // `work` drops here: the directory is removed.
+        // `work` drops here: the directory is removed and its lock released.
     }
 
     /// Download → scan → child (probe, transcode) → upload. `Ok` (or
@@ -361,7 +519,7 @@ impl Worker {
     async fn steps(
         &self,
         job: &TranscodeJob,
-        work: &WorkDir,
+        work: &JobDir,
         reports: &Reports,
         progress: &ProgressReporter,
         stop: &mut watch::Receiver<Option<Stop>>,
@@ -374,7 +532,7 @@ impl Worker {
         if sc.enabled && job.source_size_bytes > sc.stream_max_length_bytes {
             return Err(too_large_to_scan(job.source_size_bytes, sc.stream_max_length_bytes, Instant::now()));
         }
-        let source_path = work.path.join("source");
+        let source_path = work.path().join("source");
         stoppable(stop, self.download(job, &source_path, progress)).await??;
 
         // 2. Scan: nothing below sees the file before a clean verdict.
@@ -383,9 +541,9 @@ impl Worker {
 
         // 3–4. Probe and transcode in the child.
         progress.set(Phase::Probing, 11.0);
-        let media_job = MediaJob { input: source_path, out_dir: work.path.join("out"), limits: t.limits(), ladder: t.ladder.clone() };
+        let media_job = MediaJob { input: source_path, out_dir: work.path().join("out"), limits: t.limits(), ladder: t.ladder.clone() };
         let spec =
-            child::write_spec(&work.path, &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
+            child::write_spec(work.path(), &media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
         let limits = child::Limits {
             stall_timeout: t.stall_timeout(),
             base_budget: Duration::from_secs(600).max(t.stall_timeout() * 2),
@@ -631,6 +789,45 @@ impl Worker {
     }
 }
 
+/// How long a shutdown waits for the broker to confirm a job's copy before
+/// it nacks the delivery back instead.
+pub const REPUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The header a quorum queue adds to a returned message: how often it was handed out.
+const DELIVERY_COUNT_HEADER: &str = "x-delivery-count";
+
+/// Publishes a copy of `delivery` to `exchange` with routing key
+/// [`RK_JOB`] (the route of every job, see `vid_infra::amqp`): the same body
+/// and properties, headers included (`x-correlation-id`, …), except the
+/// broker's own `x-delivery-count`, which described the old message.
+/// Mandatory and confirmed: returns once the broker has taken the copy.
+/// Errors: the channel failed, the broker nacked, or no queue took it.
+async fn republish(publisher: &Publisher, exchange: &str, delivery: &Delivery) -> anyhow::Result<()> {
+    let mut props = delivery.properties.clone();
+    if let Some(headers) = delivery.properties.headers() {
+        let mut kept = FieldTable::default();
+        for (k, v) in headers.inner() {
+            if k.as_str() != DELIVERY_COUNT_HEADER {
+                kept.insert(k.clone(), v.clone());
+            }
+        }
+        props = props.with_headers(kept);
+    }
+    let confirm = publisher
+        .channel()
+        .basic_publish(exchange, RK_JOB, BasicPublishOptions { mandatory: true, ..Default::default() }, &delivery.data, props)
+        .await
+        .context("publishing the copy")?
+        .await
+        .context("waiting for the broker's confirm")?;
+    match confirm {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(_)) => Err(anyhow!("the copy was unroutable ({exchange}/{RK_JOB})")),
+        Confirmation::Nack(_) => Err(anyhow!("the broker refused the copy (nack)")),
+        Confirmation::NotRequested => Err(anyhow!("the publisher channel is not in confirm mode")),
+    }
+}
+
 /// Counts one message settled by this worker in
 /// `amqp_messages_consumed_total{queue, outcome}` (`ack` or `requeue`).
 fn consumed(queue: &str, outcome: &'static str) {
@@ -870,27 +1067,5 @@ impl ProgressReporter {
     async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
-    }
-}
-
-/// `<work_dir>/<operation id>/`, removed on drop.
-struct WorkDir {
-    path: PathBuf,
-}
-
-impl WorkDir {
-    fn create(root: &Path, name: &str) -> anyhow::Result<Self> {
-        let path = root.join(name);
-        let _ = std::fs::remove_dir_all(&path); // leftovers of a killed predecessor
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Self { path })
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not remove the work dir");
-        }
     }
 }

@@ -6,7 +6,8 @@
 //! One test, in sequence: success with the report sequence and the outputs in
 //! S3; a PNG (permanent failure); a malformed job (acked); a missing source
 //! (transient: requeued until the delivery limit dead-letters it); a cancel
-//! while transcoding; a graceful shutdown that requeues the running job.
+//! while transcoding; a graceful shutdown that hands the running job back to
+//! the queue (a republished copy; see `tests/shutdown.rs` for the delivery count).
 
 mod common;
 
@@ -287,7 +288,7 @@ async fn worker_against_rabbitmq_and_garage() {
     assert!(r.len() <= before + 1 && r.iter().all(|r| !is_terminal(r)), "nothing terminal after a cancel: {r:#?}");
     assert!(h.keys_under(&job.output_prefix).await.is_empty(), "no outputs left after a cancel");
 
-    // 6. Graceful shutdown with a job running: killed after the grace period and requeued.
+    // 6. Graceful shutdown with a job running: killed after the grace period and handed back to the queue.
     let job = h.submit(Some(&long)).await;
     h.wait_for(&job, "the transcoding phase", Duration::from_secs(60), |r| {
         r.iter().any(|r| matches!(r.kind, ReportKind::Progress { phase: Phase::Transcoding, .. }))
@@ -300,12 +301,13 @@ async fn worker_against_rabbitmq_and_garage() {
     assert!(!ready.load(Ordering::SeqCst));
     assert!(h.reports(&job).iter().all(|r| !is_terminal(r)));
     assert!(!h.work_dir.join(job.operation_id.as_str()).exists(), "work dir removed on shutdown");
+    assert_eq!(std::fs::read_dir(&h.work_dir).unwrap().count(), 0, "no job directory or lock file left");
     let q = ch
         .queue_declare(&h.topology.transcode_jobs(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
         .await
         .unwrap();
     assert_eq!(q.message_count(), 1, "only the requeued shutdown job is left (the others were acked)");
-    let m = ch.basic_get(&h.topology.transcode_jobs(), BasicGetOptions { no_ack: true }).await.unwrap().expect("requeued job");
+    let m = ch.basic_get(&h.topology.transcode_jobs(), BasicGetOptions { no_ack: true }).await.unwrap().expect("handed-back job");
     assert_eq!(serde_json::from_slice::<TranscodeJob>(&m.delivery.data).unwrap().operation_id, job.operation_id);
 
     // 7. The worker's /metrics page counted all of it (this test's queue is its own;
