@@ -139,13 +139,15 @@ async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
     params(
         ("type" = Option<EventType>, Query, description = "Only events of this type."),
         (
-            "created_after" = Option<DateTime<Utc>>, Query,
+            "created_after" = Option<String>, Query,
+            pattern = r"^([0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+ -][0-9]{2}:[0-9]{2}))$",
             description = "Only events recorded strictly after this instant (exclusive): an RFC 3339 date-time with an offset, \
 or whole Unix seconds.",
             example = "2026-01-02T03:04:05Z"
         ),
         (
-            "created_before" = Option<DateTime<Utc>>, Query,
+            "created_before" = Option<String>, Query,
+            pattern = r"^([0-9]+|[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+ -][0-9]{2}:[0-9]{2}))$",
             description = "Only events recorded strictly before this instant (exclusive): an RFC 3339 date-time with an offset, \
 or whole Unix seconds.",
             example = "2026-01-03T00:00:00Z"
