@@ -165,6 +165,7 @@ postgres_up() {
 rabbitmqctl() { command rabbitmqctl "$@" 9>&-; }
 rabbitmq-diagnostics() { command rabbitmq-diagnostics "$@" 9>&-; }
 rmq_ready() { tcp_open "$AMQP_PORT" && rabbitmq-diagnostics -q ping >/dev/null 2>&1; }
+rmq_down() { ! tcp_open "$AMQP_PORT"; }
 
 # Only used when infra-up installed RabbitMQ itself: keep it on loopback.
 rabbitmq_loopback_config() {
@@ -174,18 +175,58 @@ rabbitmq_loopback_config() {
     done
 }
 
+# Open-file limit RabbitMQ is started with. Every quorum queue keeps files
+# open, and a full `make test` declares ~300 of them (4 per test prefix) within
+# the 5-minute expiry of its policy; with a distribution's default soft limit
+# of 1024 the broker runs out, then accepts TCP but never answers the AMQP
+# handshake (seen: "File Descriptors Total: 933, limit: 927").
+RMQ_NOFILE=65536
+RMQ_NOFILE_MIN=4096
+
+# The soft open-files limit of the running broker (0 if unknown).
+rabbitmq_nofile() {
+    local pid
+    pid="$(pgrep -f 'beam.smp.*-s rabbit' | head -n 1)"
+    [ -n "$pid" ] || { echo 0; return; }
+    awk '/^Max open files/ {print $4}' "/proc/$pid/limits" 2>/dev/null || echo 0
+}
+
+rabbitmq_start() {
+    # Debian's rabbitmq-server switches to the rabbitmq user with `su`, whose
+    # pam_limits resets the soft limit to /etc/security/limits.conf's (1024):
+    # a limits.d entry is what raises it (capped by this machine's hard limit).
+    local hard want
+    hard="$(ulimit -Hn)"
+    want="$RMQ_NOFILE"
+    if [ "$hard" != unlimited ] && [ "$hard" -lt "$want" ]; then want="$hard"; fi
+    local limits=/etc/security/limits.d/rabbitmq-vid.conf
+    if [ -d /etc/security/limits.d ] && ! grep -qs "nofile $want\$" "$limits"; then
+        printf 'rabbitmq soft nofile %s\nrabbitmq hard nofile %s\n' "$want" "$want" | as_root tee "$limits" >/dev/null
+    fi
+    say rabbitmq "starting rabbitmq-server with an open-file limit of $want (takes ~20 s)"
+    as_root sh -c "ulimit -n $want 2>/dev/null; exec rabbitmq-server -detached" >/dev/null 2>&1 9>&- \
+        || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/"
+    wait_for 90 rmq_ready || die "RabbitMQ not answering on 127.0.0.1:$AMQP_PORT after 90 s; see /var/log/rabbitmq/"
+}
+
 rabbitmq_up() {
     if tcp_open "$AMQP_PORT"; then
-        say rabbitmq "already running on 127.0.0.1:$AMQP_PORT"
+        local nofile; nofile="$(rabbitmq_nofile)"
+        if [ "${nofile:-0}" -gt 0 ] && [ "$nofile" -lt "$RMQ_NOFILE_MIN" ]; then
+            say rabbitmq "running with an open-file limit of $nofile, too low for the test suite's quorum queues; restarting it"
+            timeout 60 rabbitmqctl -q stop >/dev/null 2>&1 || as_root pkill -TERM -f 'beam.smp.*-s rabbit' || true
+            wait_for 60 rmq_down || die "RabbitMQ did not stop; stop it by hand and run this again"
+            rabbitmq_start
+        else
+            say rabbitmq "already running on 127.0.0.1:$AMQP_PORT"
+        fi
     else
         if ! command -v rabbitmq-server >/dev/null; then
             apt_install rabbitmq-server
             rabbitmq_loopback_config
         fi
-        say rabbitmq "starting rabbitmq-server (takes ~20 s)"
-        as_root rabbitmq-server -detached >/dev/null 2>&1 9>&- || die "rabbitmq-server -detached failed; see /var/log/rabbitmq/"
+        rabbitmq_start
         touch "$STARTED/rabbitmq"
-        wait_for 90 rmq_ready || die "RabbitMQ not answering on 127.0.0.1:$AMQP_PORT after 90 s; see /var/log/rabbitmq/"
     fi
 
     local ok=1
