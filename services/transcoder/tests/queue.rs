@@ -14,14 +14,10 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
@@ -62,8 +58,6 @@ fn settings(env: &HashMap<String, String>, prefix: &str, work_dir: &Path) -> Set
         },
     }
 }
-
-type Reports = Arc<Mutex<HashMap<String, Vec<TranscodeReport>>>>;
 
 struct Harness {
     s3: aws_sdk_s3::Client,
@@ -169,23 +163,8 @@ async fn worker_against_rabbitmq_and_garage() {
     let settings = settings(&env, &unique, work_dir.path());
 
     // The test's side of the broker: publisher and the report collector.
-    let conn = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.unwrap();
-    let publisher = Publisher::new(&conn).await.unwrap();
-    let topology = Topology::new(&unique);
-    topology.declare(publisher.channel()).await.unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    let mut consumer =
-        ch.basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-    let reports: Reports = Arc::default();
-    let sink = reports.clone();
-    tokio::spawn(async move {
-        while let Some(Ok(d)) = consumer.next().await {
-            let r: TranscodeReport = serde_json::from_slice(&d.data).expect("reports are TranscodeReport JSON");
-            assert_eq!(vid_infra::amqp::correlation_id(&d.properties).as_deref(), Some(r.operation_id.as_str()));
-            sink.lock().unwrap().entry(r.operation_id.to_string()).or_default().push(r);
-            d.ack(BasicAckOptions::default()).await.unwrap();
-        }
-    });
+    let (publisher, topology, reports) = broker_side(&settings.amqp, true).await;
+    let ch = publisher.channel().clone();
     let h = Harness {
         s3: vid_infra::storage::client(&settings.s3),
         bucket: settings.s3.bucket.clone(),

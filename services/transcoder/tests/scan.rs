@@ -12,16 +12,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, ExchangeDeleteOptions, QueueDeleteOptions};
-use lapin::types::FieldTable;
+use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use tokio::io::AsyncReadExt;
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::{Phase, ScanOutcome};
@@ -190,7 +186,7 @@ async fn protocol_unavailable_scanners() {
 
 // --------------------------------------------------------------- worker --
 
-type Collected = Arc<Mutex<HashMap<String, Vec<TranscodeReport>>>>;
+type Collected = Reports;
 
 /// One worker with its own AMQP prefix, S3 key prefix and scanner settings.
 struct Stack {
@@ -237,25 +233,8 @@ impl Stack {
             },
             scanner,
         };
-        let conn = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.unwrap();
-        let publisher = Publisher::new(&conn).await.unwrap();
-        let topology = Topology::new(&unique);
-        topology.declare(publisher.channel()).await.unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        let mut consumer = channel
-            .basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default())
-            .await
-            .unwrap();
-        let reports: Collected = Arc::default();
-        let sink = reports.clone();
-        tokio::spawn(async move {
-            let _conn = conn;
-            while let Some(Ok(d)) = consumer.next().await {
-                let r: TranscodeReport = serde_json::from_slice(&d.data).expect("reports are TranscodeReport JSON");
-                sink.lock().unwrap().entry(r.operation_id.to_string()).or_default().push(r);
-                d.ack(BasicAckOptions::default()).await.unwrap();
-            }
-        });
+        let (publisher, topology, reports) = broker_side(&settings.amqp, false).await;
+        let channel = publisher.channel().clone();
         let worker = Worker::new(settings.clone(), PathBuf::from(env!("CARGO_BIN_EXE_transcoder")));
         let ready = worker.ready.clone();
         let (stop, stop_rx) = tokio::sync::watch::channel(false);

@@ -14,17 +14,12 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use futures::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicGetOptions, BasicNackOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
@@ -33,7 +28,7 @@ use vid_infra::amqp::{Publisher, Topology, RK_JOB, TRANSCODE_DELIVERY_LIMIT};
 use vid_infra::settings::{AmqpSettings, S3Settings};
 use vid_infra::SecretString;
 
-type Collected = Arc<Mutex<HashMap<String, Vec<TranscodeReport>>>>;
+type Collected = Reports;
 
 /// One test's private broker names, key prefix and work dir, and the
 /// `transcoder` processes it starts.
@@ -74,25 +69,8 @@ impl Bench {
         env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
 
         let amqp = AmqpSettings { url: SecretString::from(stack["VID__AMQP__URL"].clone()), prefix: prefix.clone() };
-        let conn = vid_infra::amqp::connect(&amqp, Duration::from_secs(10)).await.unwrap();
-        let publisher = Publisher::new(&conn).await.unwrap();
-        let topology = Topology::new(&prefix);
-        topology.declare(publisher.channel()).await.unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        let mut consumer = channel
-            .basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), FieldTable::default())
-            .await
-            .unwrap();
-        let reports: Collected = Arc::default();
-        let sink = reports.clone();
-        tokio::spawn(async move {
-            let _conn = conn;
-            while let Some(Ok(d)) = consumer.next().await {
-                let r: TranscodeReport = serde_json::from_slice(&d.data).expect("reports are TranscodeReport JSON");
-                sink.lock().unwrap().entry(r.operation_id.to_string()).or_default().push(r);
-                d.ack(BasicAckOptions::default()).await.unwrap();
-            }
-        });
+        let (publisher, topology, reports) = broker_side(&amqp, false).await;
+        let channel = publisher.channel().clone();
         let s3 = S3Settings {
             endpoint: stack["VID__S3__ENDPOINT"].clone(),
             public_endpoint: None,

@@ -137,3 +137,42 @@ pub fn stack_env() -> std::collections::HashMap<String, String> {
     env.extend(std::env::vars().filter(|(k, _)| k.starts_with("VID__")));
     env
 }
+
+/// Every `TranscodeReport` received, per operation id, in arrival order.
+pub type Reports = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, Vec<vid_core::messages::TranscodeReport>>>>;
+
+/// The test's side of the broker for `amqp`: `amqp.prefix`'s topology
+/// declared, a confirm-mode publisher, and a task collecting (and acking)
+/// every report on `P.transcode.reports`. With `check_correlation`, each
+/// report must carry its operation id as `x-correlation-id` (else the
+/// collector panics and stops collecting, so the test times out waiting).
+pub async fn broker_side(
+    amqp: &vid_infra::settings::AmqpSettings,
+    check_correlation: bool,
+) -> (vid_infra::amqp::Publisher, vid_infra::amqp::Topology, Reports) {
+    use futures::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions};
+    let conn = vid_infra::amqp::connect(amqp, std::time::Duration::from_secs(10)).await.unwrap();
+    let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
+    let topology = vid_infra::amqp::Topology::new(&amqp.prefix);
+    topology.declare(publisher.channel()).await.unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    let mut consumer = channel
+        .basic_consume(&topology.transcode_reports(), "test", BasicConsumeOptions::default(), lapin::types::FieldTable::default())
+        .await
+        .unwrap();
+    let reports: Reports = Default::default();
+    let sink = reports.clone();
+    tokio::spawn(async move {
+        let _conn = conn;
+        while let Some(Ok(d)) = consumer.next().await {
+            let r: vid_core::messages::TranscodeReport = serde_json::from_slice(&d.data).expect("reports are TranscodeReport JSON");
+            if check_correlation {
+                assert_eq!(vid_infra::amqp::correlation_id(&d.properties).as_deref(), Some(r.operation_id.as_str()));
+            }
+            sink.lock().unwrap().entry(r.operation_id.to_string()).or_default().push(r);
+            d.ack(BasicAckOptions::default()).await.unwrap();
+        }
+    });
+    (publisher, topology, reports)
+}
