@@ -405,14 +405,8 @@ async fn redelivered_messages_create_no_duplicates() {
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     // Fan the same message in twice, as a broker redelivery would.
     let (event_id, payload) = w.publish().await;
-    let pool = vid_db::pool(&w.settings.database).unwrap();
-    let msg = vid_core::messages::EventPublished {
-        tenant_id: w.tenant.clone(),
-        event: serde_json::from_str(&payload).unwrap(),
-        payload: payload.clone(),
-    };
-    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 1);
-    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 0);
+    assert_eq!(w.fan_in(&payload).await, 1);
+    assert_eq!(w.fan_in(&payload).await, 0);
     let d = w.start(no_dns());
     eventually(WAIT, "succeeded", || async {
         w.deliveries(&endpoint).await.as_slice().first().is_some_and(|d| d.status == "succeeded").then_some(())
@@ -483,13 +477,7 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
     let w = World::new(&[]).await;
     let (_endpoint, _) = w.endpoint("http://127.0.0.1:9/never-called").await;
     let (_event_id, payload) = w.publish().await;
-    let pool = vid_db::pool(&w.settings.database).unwrap();
-    let msg = vid_core::messages::EventPublished {
-        tenant_id: w.tenant.clone(),
-        event: serde_json::from_str(&payload).unwrap(),
-        payload: payload.clone(),
-    };
-    assert_eq!(vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap(), 1);
+    assert_eq!(w.fan_in(&payload).await, 1);
     let mut conn = w.conn().await;
 
     let first = store::claim(&mut conn, 8, 10, 200).await.unwrap();

@@ -112,6 +112,17 @@ impl World {
         (event.id, payload)
     }
 
+    /// Fans the event `payload` (as [`World::publish`] returned it) in
+    /// directly, as the dispatcher's fan-in does with a consumed message
+    /// ([`vid_webhook_dispatcher::fanin::fan_in`]); returns how many
+    /// deliveries were new.
+    pub async fn fan_in(&self, payload: &str) -> usize {
+        let pool = vid_db::pool(&self.settings.database).unwrap();
+        let msg =
+            EventPublished { tenant_id: self.tenant.clone(), event: serde_json::from_str(payload).unwrap(), payload: payload.to_owned() };
+        vid_webhook_dispatcher::fanin::fan_in(&pool, &msg).await.unwrap()
+    }
+
     /// Starts an in-process dispatcher with the world's settings.
     pub fn start(&self, resolver: Arc<dyn Resolve>) -> Running {
         self.start_with(self.settings.clone(), resolver, None)
