@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lapin::options::{BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
@@ -316,18 +316,7 @@ async fn worker_against_rabbitmq_and_garage() {
     assert!(page.contains("vid_transcoder_scans_total{outcome="), "the scan counters stay on the page:\n{page}");
 
     // Clean up the broker and the bucket.
-    for q in [h.topology.transcode_jobs(), h.topology.transcode_dead(), h.topology.transcode_reports(), h.topology.webhook_events()] {
-        let _ = ch.queue_delete(&q, QueueDeleteOptions::default()).await;
-    }
-    for e in [
-        h.topology.transcode_exchange(),
-        h.topology.dead_letter_exchange(),
-        h.topology.reports_exchange(),
-        h.topology.events_exchange(),
-        h.topology.control_exchange(),
-    ] {
-        let _ = ch.exchange_delete(&e, ExchangeDeleteOptions::default()).await;
-    }
+    delete_broker_names(&ch, &h.topology).await;
     for k in h.keys_under(&h.key_prefix).await {
         let _ = h.s3.delete_object().bucket(&h.bucket).key(k).send().await;
     }

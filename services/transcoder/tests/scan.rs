@@ -17,7 +17,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
 use tokio::io::AsyncReadExt;
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::{Phase, ScanOutcome};
@@ -302,13 +301,7 @@ impl Stack {
     async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(15), self.running).await;
-        let t = &self.topology;
-        for q in [t.transcode_jobs(), t.transcode_dead(), t.transcode_reports(), t.webhook_events()] {
-            let _ = self.channel.queue_delete(&q, QueueDeleteOptions::default()).await;
-        }
-        for e in [t.transcode_exchange(), t.dead_letter_exchange(), t.reports_exchange(), t.events_exchange(), t.control_exchange()] {
-            let _ = self.channel.exchange_delete(&e, ExchangeDeleteOptions::default()).await;
-        }
+        delete_broker_names(&self.channel, &self.topology).await;
         let out = self.s3.list_objects_v2().bucket(&self.bucket).prefix(&self.key_prefix).send().await.unwrap();
         for k in out.contents().iter().filter_map(|o| o.key()) {
             let _ = self.s3.delete_object().bucket(&self.bucket).key(k).send().await;

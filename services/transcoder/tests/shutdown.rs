@@ -19,7 +19,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use lapin::options::{BasicGetOptions, BasicNackOptions, ExchangeDeleteOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{BasicGetOptions, BasicNackOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
@@ -170,13 +170,7 @@ impl Bench {
 
     /// Deletes this test's queues, exchanges and objects.
     async fn cleanup(&self) {
-        let t = &self.topology;
-        for q in [t.transcode_jobs(), t.transcode_dead(), t.transcode_reports(), t.webhook_events()] {
-            let _ = self.channel.queue_delete(&q, QueueDeleteOptions::default()).await;
-        }
-        for e in [t.transcode_exchange(), t.dead_letter_exchange(), t.reports_exchange(), t.events_exchange(), t.control_exchange()] {
-            let _ = self.channel.exchange_delete(&e, ExchangeDeleteOptions::default()).await;
-        }
+        delete_broker_names(&self.channel, &self.topology).await;
         let listed = self.s3.list_objects_v2().bucket(&self.bucket).prefix(&self.key_prefix).send().await.unwrap();
         for k in listed.contents().iter().filter_map(|o| o.key()) {
             let _ = self.s3.delete_object().bucket(&self.bucket).key(k).send().await;

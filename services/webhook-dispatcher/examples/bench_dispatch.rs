@@ -118,15 +118,8 @@ struct Bench {
 
 impl Bench {
     async fn publish_one(&self) -> (String, Instant) {
-        let event = Event {
-            id: EventId::generate(),
-            type_: EventType::VideoReady,
-            created: Utc::now().timestamp(),
-            data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
-        };
-        let payload = serde_json::to_string(&event).unwrap();
-        let id = event.id.as_str().to_owned();
-        let msg = EventPublished { tenant_id: self.tenant.clone(), event, payload };
+        let msg = bench_event(&self.tenant);
+        let id = msg.event.id.as_str().to_owned();
         let t0 = Instant::now();
         self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(&id)).await.expect("publish");
         (id, t0)

@@ -176,3 +176,15 @@ pub async fn broker_side(
     });
     (publisher, topology, reports)
 }
+
+/// Deletes `topology`'s queues and exchanges (a test's private broker names).
+pub async fn delete_broker_names(channel: &lapin::Channel, topology: &vid_infra::amqp::Topology) {
+    use lapin::options::{ExchangeDeleteOptions, QueueDeleteOptions};
+    let t = topology;
+    for q in [t.transcode_jobs(), t.transcode_dead(), t.transcode_reports(), t.webhook_events()] {
+        let _ = channel.queue_delete(&q, QueueDeleteOptions::default()).await;
+    }
+    for e in [t.transcode_exchange(), t.dead_letter_exchange(), t.reports_exchange(), t.events_exchange(), t.control_exchange()] {
+        let _ = channel.exchange_delete(&e, ExchangeDeleteOptions::default()).await;
+    }
+}
