@@ -21,6 +21,7 @@ pub use resources::{DeliveryFilter, EndpointChanges};
 
 use std::time::Duration;
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -109,6 +110,33 @@ pub struct Page<T> {
     /// Cursor of the next page.
     #[serde(default)]
     pub next_cursor: Option<String>,
+}
+
+/// Filters of `GET /events` ([`Client::list_events`]); `Default` is no filter.
+///
+/// Filters combine (AND) and stay in force while paging: pass the same filter
+/// again with `cursor` set to the previous page's `next_cursor`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EventFilter<'a> {
+    /// Only events of this type, e.g. `video.ready`; an unknown type is the
+    /// api's `400 invalid_event_type`.
+    pub type_: Option<&'a str>,
+    /// Only events recorded strictly after this instant (an exclusive bound
+    /// on the database's clock, to the microsecond). Sent as RFC 3339 in UTC.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Only events recorded strictly before this instant (exclusive). Sent as
+    /// RFC 3339 in UTC.
+    pub created_before: Option<DateTime<Utc>>,
+    /// Page size, 1–100 (server default 20; larger values are clamped).
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page: events older than that one.
+    pub cursor: Option<&'a str>,
+}
+
+/// An instant as a query value: RFC 3339 in UTC with a `Z` (no `+` to
+/// encode), with as many fractional digits as it needs (none, 3, 6 or 9).
+fn rfc3339(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
 /// A client for one API base URL and key. Cheap to clone.
@@ -344,9 +372,24 @@ impl Client {
         Ok(())
     }
 
-    /// `GET /events?type=&cursor=`.
-    pub async fn list_events(&self, type_: Option<&str>, cursor: Option<&str>) -> Result<Page<Event>, ClientError> {
-        self.get(&format!("/events?{}", query(&[("type", type_), ("cursor", cursor)]))).await
+    /// `GET /events?type=&created_after=&created_before=&limit=&cursor=`:
+    /// the tenant's events, newest first, each exactly as its webhooks
+    /// carried it. Only the filters that are set are sent.
+    ///
+    /// Errors: [`ClientError::Api`] with `invalid_event_type` for an unknown
+    /// type, `invalid_cursor` for a cursor that is not an event id.
+    pub async fn list_events(&self, filter: &EventFilter<'_>) -> Result<Page<Event>, ClientError> {
+        let after = filter.created_after.as_ref().map(rfc3339);
+        let before = filter.created_before.as_ref().map(rfc3339);
+        let limit = filter.limit.map(|l| l.to_string());
+        let q = query(&[
+            ("type", filter.type_),
+            ("created_after", after.as_deref()),
+            ("created_before", before.as_deref()),
+            ("limit", limit.as_deref()),
+            ("cursor", filter.cursor),
+        ]);
+        self.get(&format!("/events?{q}")).await
     }
 
     /// `GET /events/{id}`.
@@ -446,3 +489,23 @@ fn query(pairs: &[(&str, Option<&str>)]) -> String {
 }
 
 pub use reqwest::Method as HttpMethod;
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn event_time_filters_are_sent_as_rfc3339_in_utc() {
+        let t = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(rfc3339(&t), "2026-01-02T03:04:05Z");
+        let t = t + chrono::Duration::microseconds(250_001);
+        assert_eq!(rfc3339(&t), "2026-01-02T03:04:05.250001Z");
+        let after = rfc3339(&t);
+        assert_eq!(
+            query(&[("type", Some("video.ready")), ("created_after", Some(&after)), ("cursor", None)]),
+            format!("type=video.ready&created_after={after}")
+        );
+    }
+}

@@ -120,6 +120,7 @@ diesel::table! {
         failing_since -> Nullable<Timestamptz>,
         last_success_at -> Nullable<Timestamptz>,
         throttled_until -> Nullable<Timestamptz>,
+        concurrency_limit -> Nullable<Int4>,
     }
 }
 

@@ -53,12 +53,12 @@ const ASSETS: &[Asset] = &[
 /// Routes of the console: `/console` redirects to `/console/`, which serves
 /// the page; `/console/{file}` serves its scripts, style and icon.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route(
-        "/console",
-        web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/console/")).finish() }),
+    cfg.service(
+        web::resource("/console")
+            .route(web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/console/")).finish() })),
     )
-    .route("/console/", web::get().to(index))
-    .route("/console/{file}", web::get().to(file));
+    .service(web::resource("/console/").route(web::get().to(index)))
+    .service(web::resource("/console/{file}").route(web::get().to(file)));
 }
 
 async fn index(state: web::Data<AppState>) -> HttpResponse {

@@ -2,7 +2,9 @@
 //!
 //! Codes are stable: once published, a code keeps its meaning.
 
-use actix_web::http::StatusCode;
+use actix_web::dev::ServiceResponse;
+use actix_web::http::{header, StatusCode};
+use actix_web::middleware::ErrorHandlerResponse;
 use actix_web::{HttpResponse, ResponseError};
 use vid_core::problem::{Problem, PROBLEM_JSON};
 
@@ -138,6 +140,38 @@ pub fn problem_response(problem: Problem) -> HttpResponse {
     HttpResponse::build(StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
         .content_type(PROBLEM_JSON)
         .json(problem)
+}
+
+/// Turns actix-web's bare `405 Method Not Allowed` into the api's problem.
+///
+/// Every path is registered once, as a `web::resource` holding one route per
+/// method (see [`crate::routes`]). A request whose path matches a resource
+/// but whose method matches none of its routes gets the resource's default
+/// answer: `405` with an `Allow` header listing the methods of those routes
+/// (RFC 9110 §15.5.6; the header is defined in §10.2.1). Installed once for
+/// the whole app (`ErrorHandlers` in [`crate::Application::run`]), this
+/// handler keeps that status and `Allow` header and gives the answer an
+/// RFC 9457 body like every other error: `application/problem+json`, code
+/// `method_not_allowed`, the refused method and the allowed ones in `detail`.
+///
+/// A path that matches no resource is not affected: it stays
+/// `404 not_found` (the app's default service). A `405` that already carries
+/// a problem body is passed through unchanged.
+pub fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let is_problem = res.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if is_problem {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let allow = res.headers().get(header::ALLOW).cloned();
+    let allowed = allow.as_ref().and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).unwrap_or("none");
+    let problem = Problem::new(StatusCode::METHOD_NOT_ALLOWED.as_u16(), "method_not_allowed", "Method not allowed")
+        .with_detail(format!("`{}` is not allowed on this path; allowed: {allowed} (see the `Allow` header)", res.request().method()));
+    let (req, _) = res.into_parts();
+    let mut answer = problem_response(problem);
+    if let Some(allow) = allow {
+        answer.headers_mut().insert(header::ALLOW, allow);
+    }
+    Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, answer).map_into_right_body()))
 }
 
 /// Result type of handlers.

@@ -29,6 +29,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use actix_web::http::StatusCode;
+use actix_web::middleware::ErrorHandlers;
 use actix_web::{error::InternalError, web, App, HttpServer};
 use anyhow::Context;
 use tokio::sync::Notify;
@@ -122,6 +124,9 @@ impl Application {
         let data = web::Data::new(state);
         let server = HttpServer::new(move || {
             App::new()
+                // Inside the metrics middleware, so the 405 it rewrites still
+                // gets its request id and is counted under its route pattern.
+                .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
                 .app_data(data.clone())
                 .app_data(json_config())
@@ -136,6 +141,9 @@ impl Application {
                 .configure(routes::configure)
                 .configure(openapi::configure)
                 .configure(console::configure)
+                // A path no resource matches. A known path with a method it
+                // does not support is answered by its resource instead: `405`
+                // with `Allow`, made a problem by `error::method_not_allowed`.
                 .default_service(web::to(|| async {
                     problem_response(Problem::new(404, "not_found", "Not found").with_detail("no such route"))
                 }))

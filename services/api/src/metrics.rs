@@ -197,8 +197,8 @@ mod tests {
         let app = test::init_service(
             App::new()
                 .wrap(actix_web::middleware::from_fn(observe))
-                // `web::resource` (not `.route("…", …)`): tests/openapi.rs scans the
-                // source for served routes, and these exist only in this test.
+                // tests/openapi.rs scans the source for served routes, up to
+                // `#[cfg(test)]`; these exist only in this test.
                 .service(web::resource("/mwtest/{id:[a-z0-9]+}:poke").post(|| async { HttpResponse::Accepted().finish() }))
                 .service(web::resource("/metrics").get(metrics)),
         )

@@ -7,8 +7,8 @@
 //!   or run time.
 //!
 //! Every handler carries a `#[utoipa::path]`; `tests/openapi.rs` fails when a
-//! route registered with `.route("…", web::METHOD()…)` is missing from the
-//! document. Problem responses are reusable components (`BadRequest`,
+//! route registered with `web::resource("…").route(web::METHOD()…)` is
+//! missing from the document. Problem responses are reusable components (`BadRequest`,
 //! `Unauthorized`, …) with `application/problem+json` bodies of schema `Problem`.
 
 use std::sync::OnceLock;
@@ -32,7 +32,9 @@ pub const SECURITY_SCHEME: &str = "api_key";
         description = "Direct-to-storage multipart uploads, transcode operations (`202 Accepted` + `Location`), \
 videos with time-limited download URLs, webhook endpoints and their delivery log, and the event log.\n\n\
 Authenticate with `Authorization: Bearer <API key>` (`vidk_…`). Every error is an RFC 9457 problem \
-(`application/problem+json`) with a stable machine-readable `code`; branch on `code`, never on `title` or `detail`.\n\n\
+(`application/problem+json`) with a stable machine-readable `code`; branch on `code`, never on `title` or `detail`. \
+A method a path does not serve is `405 method_not_allowed`, with an `Allow` header listing the methods it does \
+(RFC 9110 §15.5.6); a path that is not served is `404 not_found`.\n\n\
 Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
@@ -268,8 +270,11 @@ fn fix_links(v: &mut serde_json::Value) {
 
 /// Routes of this module: the document and its UI.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/openapi.json", web::get().to(openapi_json))
-        .route("/docs", web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header(("Location", "/docs/")).finish() }))
+    cfg.service(web::resource("/openapi.json").route(web::get().to(openapi_json)))
+        .service(
+            web::resource("/docs")
+                .route(web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header(("Location", "/docs/")).finish() })),
+        )
         .service(
             utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}")
                 .config(utoipa_swagger_ui::Config::new(["/openapi.json"]).persist_authorization(true)),

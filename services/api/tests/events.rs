@@ -190,7 +190,7 @@ async fn unknown_query_parameters_are_refused_by_name() {
     // The supported ones still work, and the client's list call still parses.
     let (status, _, body) = get(&api, &api.key, "/events?type=video.ready&limit=5").await;
     assert_eq!(status, 200, "{body}");
-    let page = api.client().list_events(Some("video.ready"), None).await.unwrap();
+    let page = api.client().list_events(&vid_client::EventFilter { type_: Some("video.ready"), ..Default::default() }).await.unwrap();
     assert!(page.data.is_empty() && page.next_cursor.is_none());
 }
 
@@ -232,6 +232,123 @@ async fn listed_events_are_byte_identical_to_the_stored_payloads() {
     assert!(body.contains(&usual), "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["next_cursor"], b.to_string());
-    let page = api.client().list_events(None, None).await.unwrap();
+    let page = api.client().list_events(&vid_client::EventFilter::default()).await.unwrap();
     assert_eq!(page.data.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), vec![b.clone(), a.clone()]);
+}
+
+/// `vid_client::Client::list_events` sends the time filters (typed instants,
+/// RFC 3339 in UTC) and they reach the real api as the same exclusive bounds.
+#[tokio::test]
+async fn the_sdk_filters_events_by_time_type_and_cursor() {
+    use vid_client::EventFilter;
+
+    let api = TestApi::start(&[]).await;
+    let tenant = tenant_of(&api, &api.key).await;
+    let (ids, t) = six_events(&api, &tenant).await;
+    let client = api.client();
+    let listed = |filter: EventFilter<'static>| {
+        let client = client.clone();
+        async move {
+            let page = client.list_events(&filter).await.unwrap();
+            (page.data.into_iter().map(|e| e.id.to_string()).collect::<Vec<_>>(), page.next_cursor)
+        }
+    };
+
+    // Exclusive bounds, alone and together.
+    let after = EventFilter { created_after: Some(t[1]), ..Default::default() };
+    assert_eq!(listed(after).await.0, newest_first(&ids, &[2, 3, 4, 5]));
+    let before = EventFilter { created_before: Some(t[3]), ..Default::default() };
+    assert_eq!(listed(before).await.0, newest_first(&ids, &[0, 1, 2]));
+    let window = EventFilter { created_after: Some(t[1]), created_before: Some(t[4]), ..Default::default() };
+    assert_eq!(listed(window).await.0, newest_first(&ids, &[2, 3]));
+    // Sub-second instants keep their precision on the way.
+    let just_after = EventFilter { created_after: Some(t[1] + Duration::microseconds(1)), ..Default::default() };
+    assert_eq!(listed(just_after).await.0, newest_first(&ids, &[2, 3, 4, 5]));
+    let just_before = EventFilter { created_before: Some(t[2] + Duration::microseconds(1)), ..Default::default() };
+    assert_eq!(listed(just_before).await.0, newest_first(&ids, &[0, 1, 2]));
+    // With the type filter.
+    let ready = EventFilter { type_: Some("video.ready"), created_after: Some(t[0]), ..Default::default() };
+    assert_eq!(listed(ready).await.0, newest_first(&ids, &[2, 4]));
+
+    // Paging a window with `limit` and the cursor keeps the window.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let filter = EventFilter {
+            created_after: Some(t[0]),
+            created_before: Some(t[5]),
+            limit: Some(3),
+            cursor: cursor.as_deref(),
+            ..Default::default()
+        };
+        let page = client.list_events(&filter).await.unwrap();
+        assert!(page.data.len() <= 3);
+        seen.extend(page.data.into_iter().map(|e| e.id.to_string()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+    }
+    assert_eq!(seen, newest_first(&ids, &[1, 2, 3, 4]));
+
+    // An empty window is an empty page; a bad type is the api's problem.
+    let empty = EventFilter { created_after: Some(t[3]), created_before: Some(t[3]), ..Default::default() };
+    assert_eq!(listed(empty).await, (vec![], None));
+    let err = client.list_events(&EventFilter { type_: Some("video.nope"), ..Default::default() }).await.unwrap_err();
+    assert_eq!(common::problem_code(&err), "invalid_event_type");
+}
+
+/// The plan PostgreSQL picks for `sql` on the test's database (`EXPLAIN`, text).
+async fn plan(api: &TestApi, sql: &str) -> String {
+    use vid_infra::ExposeSecret;
+    let (client, connection) =
+        tokio_postgres::connect(api.state.settings.database.url.expose_secret(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = client.query(&format!("EXPLAIN {sql}"), &[]).await.unwrap();
+    rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n")
+}
+
+/// Migration `2026-11-30-000050_events_created_at_index`: with a few thousand
+/// events, a `GET /events` time window (with or without a type) is read from
+/// `events_tenant_created` instead of walking the tenant's newer events, and
+/// an unfiltered listing still reads `events_tenant` in id order.
+#[tokio::test]
+async fn listing_events_by_time_reads_the_created_at_index() {
+    use vid_infra::ExposeSecret;
+    let api = TestApi::start(&[]).await;
+    let tenant = tenant_of(&api, &api.key).await;
+    let (other, _) = vid_api::auth::create_tenant(&api.state.db, "other").await.unwrap();
+    // 4,000 events for each tenant over 60 days, types in realistic shares,
+    // ids increasing with time like ULIDs.
+    let (client, connection) =
+        tokio_postgres::connect(api.state.settings.database.url.expose_secret(), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    for (n, t) in [(0, &tenant), (1, &other)] {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO events (id, tenant_id, event_type, resource_id, payload, created_at)
+                 SELECT 'evt_' || lpad((extract(epoch FROM at) * 1000)::bigint::text, 14, '0') || '{n}' || lpad(i::text, 8, '0'),
+                        '{t}',
+                        CASE WHEN r < 0.40 THEN 'video.processing' WHEN r < 0.75 THEN 'video.ready'
+                             WHEN r < 0.90 THEN 'video.failed' WHEN r < 0.99 THEN 'video.cancelled'
+                             ELSE 'webhook_endpoint.disabled' END,
+                        'vid_' || i, repeat('x', 200), at
+                 FROM (SELECT i, timestamptz '2026-10-01 00:00:00+00' + random() * interval '60 days' AS at, random() AS r
+                       FROM generate_series(1, 4000) i) g;
+                 ANALYZE events;"
+            ))
+            .await
+            .unwrap();
+    }
+    let list = |filters: &str| format!("SELECT id, payload FROM events WHERE tenant_id = '{tenant}'{filters} ORDER BY id DESC LIMIT 21");
+    let day = " AND created_at > '2026-11-15T00:00:00Z' AND created_at < '2026-11-16T00:00:00Z'";
+
+    let p = plan(&api, &list(day)).await;
+    assert!(p.contains("using events_tenant_created on events"), "a one-day window:\n{p}");
+    assert!(p.contains("created_at >") && p.contains("created_at <"), "the window is the index range:\n{p}");
+    let p = plan(&api, &list(&format!("{day} AND event_type = 'video.failed'"))).await;
+    assert!(p.contains("using events_tenant_created on events"), "a window and a type:\n{p}");
+    assert!(p.lines().any(|l| l.contains("Index Cond") && l.contains("event_type")), "the type is checked in the index:\n{p}");
+    let p = plan(&api, &list("")).await;
+    assert!(p.contains("using events_tenant on events") && !p.contains("Sort"), "no filter: id order, no sort:\n{p}");
 }

@@ -14,10 +14,16 @@ use serde_json::Value;
 /// it and the web console's page and static files (not API routes).
 const NOT_DOCUMENTED: &[(&str, &str)] = &[("get", "/docs"), ("get", "/console"), ("get", "/console/"), ("get", "/console/{file}")];
 
-/// Every `(method, path)` the api registers with `.route("…", web::METHOD()…)`,
-/// read from the source so that a route added anywhere under `src/` without a
-/// `#[utoipa::path]` makes this test fail. `{id:[^/:]+}` is written `{id}`.
+/// Every `(method, path)` the api registers, read from the source so that a
+/// route added anywhere under `src/` without a `#[utoipa::path]` makes this
+/// test fail: `web::resource("…")` followed by its `.route(web::METHOD()…)`
+/// calls (up to the `;` ending the statement), and any
+/// `.route("…", web::METHOD()…)` (which `tests/methods.rs` refuses, but a
+/// route is a route). `{id:[^/:]+}` is written `{id}`. Each file is read up
+/// to its `#[cfg(test)]` module: routes of unit tests are not served.
 fn registered_routes() -> BTreeSet<(String, String)> {
+    let resource = regex::Regex::new(r#"web::resource\(\s*"([^"]+)"\s*\)"#).unwrap();
+    let method = regex::Regex::new(r#"\.route\(\s*web::(get|post|put|patch|delete|head)\(\)"#).unwrap();
     let route = regex::Regex::new(r#"\.route\(\s*"([^"]+)"\s*,\s*web::(get|post|put|patch|delete|head)\(\)"#).unwrap();
     let param = regex::Regex::new(r"\{([A-Za-z_][A-Za-z0-9_]*):[^}]*\}").unwrap();
     let mut files = Vec::new();
@@ -25,7 +31,17 @@ fn registered_routes() -> BTreeSet<(String, String)> {
     let mut out = BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
-        for c in route.captures_iter(&text) {
+        let text = text.split("#[cfg(test)]").next().unwrap();
+        for c in resource.captures_iter(text) {
+            let path = param.replace_all(&c[1], "{$1}").into_owned();
+            let rest = &text[c.get(0).unwrap().end()..];
+            let chain = &rest[..rest.find(';').unwrap_or(rest.len())];
+            let chain = &chain[..chain.find("web::resource(").unwrap_or(chain.len())];
+            for m in method.captures_iter(chain) {
+                out.insert((m[1].to_owned(), path.clone()));
+            }
+        }
+        for c in route.captures_iter(text) {
             let path = param.replace_all(&c[1], "{$1}").into_owned();
             out.insert((c[2].to_owned(), path));
         }

@@ -2,7 +2,10 @@
 //! process runs) and `GET /readyz` (200 while the AMQP connection is up and
 //! consuming, else 503), `GET /metrics` (Prometheus text format: everything
 //! recorded through `vid_infra::metrics` in this process, then the scan
-//! counters of [`crate::scan::METRICS`]). Anything else is 404.
+//! counters of [`crate::scan::METRICS`]). `HEAD` on each answers the same
+//! status and headers without the body (RFC 9110 §9.3.2); any other method
+//! on these paths is `405 Method Not Allowed` with `Allow: GET, HEAD`
+//! (RFC 9110 §15.5.6). Any other path is 404, whatever the method.
 //! One request per connection.
 //!
 //! Which process serves what: this server runs in the supervising
@@ -35,27 +38,42 @@ pub async fn serve(addr: SocketAddr, ready: Arc<AtomicBool>) -> std::io::Result<
                     _ => return,
                 };
                 let line = String::from_utf8_lossy(&buf[..n]);
-                let path = line.split_whitespace().nth(1).unwrap_or("");
-                let metrics;
-                let (status, body, ctype) = match path {
-                    "/healthz" => ("200 OK", "ok\n", "text/plain"),
-                    "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n", "text/plain"),
-                    "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n", "text/plain"),
-                    "/metrics" => {
-                        metrics = render_metrics();
-                        ("200 OK", metrics.as_str(), vid_infra::metrics::CONTENT_TYPE)
-                    }
-                    _ => ("404 Not Found", "not found\n", "text/plain"),
-                };
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let mut words = line.split_whitespace();
+                let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let resp = answer(method, path, &ready);
                 let _ = sock.write_all(resp.as_bytes()).await;
                 let _ = sock.shutdown().await;
             });
         }
     }))
+}
+
+/// The methods every path of this server allows, as sent in `Allow`.
+pub const ALLOW: &str = "GET, HEAD";
+
+/// The whole HTTP/1.1 response to `method path`: status line, headers, and
+/// the body unless the method is `HEAD`.
+fn answer(method: &str, path: &str, ready: &AtomicBool) -> String {
+    const TEXT: &str = "text/plain";
+    let metrics;
+    let (status, body, ctype) = match path {
+        "/healthz" | "/readyz" | "/metrics" if method != "GET" && method != "HEAD" => {
+            ("405 Method Not Allowed", "method not allowed: use GET or HEAD\n", TEXT)
+        }
+        "/healthz" => ("200 OK", "ok\n", TEXT),
+        "/readyz" if ready.load(Ordering::SeqCst) => ("200 OK", "ready\n", TEXT),
+        "/readyz" => ("503 Service Unavailable", "not ready: AMQP not connected\n", TEXT),
+        "/metrics" => {
+            metrics = render_metrics();
+            ("200 OK", metrics.as_str(), vid_infra::metrics::CONTENT_TYPE)
+        }
+        _ => ("404 Not Found", "not found\n", TEXT),
+    };
+    let allow = if status.starts_with("405") { format!("allow: {ALLOW}\r\n") } else { String::new() };
+    // HEAD: the headers GET would send, Content-Length included, and no body.
+    let length = body.len();
+    let body = if method == "HEAD" { "" } else { body };
+    format!("HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {length}\r\n{allow}connection: close\r\n\r\n{body}")
 }
 
 /// The `/metrics` page: the `vid_infra::metrics` recorder's exposition

@@ -284,7 +284,7 @@ async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: 
                         (c, record)
                     })
                     .collect();
-                let done = store::record_successes(&mut conn, &rows).await.unwrap();
+                let done = store::record_successes(&mut conn, &rows, i32::MAX).await.unwrap();
                 recorded.fetch_add(done, SeqCst);
             }
         });

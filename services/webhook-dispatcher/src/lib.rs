@@ -79,8 +79,15 @@
 //! inside the required 24–48 h window (checked by the test
 //! `retry_window_of_the_production_schedule`).
 //!
-//! `429` and `503` also throttle the whole endpoint until that retry is due
-//! (`throttled_until`): the claim skips it meanwhile.
+//! `429` and `503` also slow the whole endpoint down (AIMD, like TCP's
+//! congestion control):
+//! - no attempt to it starts until that retry is due (`throttled_until`):
+//!   the claim skips it meanwhile;
+//! - the first 429/503 of a throttle halves its concurrency
+//!   (`concurrency_limit`, at least 1; NULL means `per_endpoint_concurrency`),
+//!   and every recorded success raises it by one until it is back at
+//!   `per_endpoint_concurrency`. So when the throttle ends, a rate-limited
+//!   endpoint gets at most half its former burst, not the full one.
 //!
 //! # Disabling
 //!

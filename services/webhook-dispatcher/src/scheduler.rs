@@ -43,7 +43,7 @@ use vid_webhooks::{Scheme, Secret};
 use crate::attempt::{Outcome, Request, Sender};
 use crate::retry;
 use crate::settings::DispatcherSettings;
-use crate::store::{self, AttemptRecord, Claimed, DisableRules, EndpointForSend};
+use crate::store::{self, AttemptRecord, Claimed, HealthRules, EndpointForSend};
 
 /// Everything an attempt needs.
 pub struct Context {
@@ -202,12 +202,16 @@ async fn release_expired(ctx: &Context) {
     }
 }
 
+/// `per_endpoint_concurrency` as the database wants it (at least 1).
+fn per_endpoint(ctx: &Context) -> i32 {
+    i32::try_from(ctx.settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX)
+}
+
 /// Claims up to `limit` due deliveries, then loads their endpoints (one
 /// query) and opens each endpoint's secrets once.
 async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Result<Vec<(Claimed, Target)>> {
     let mut conn = ctx.db.get().await?;
-    let per_endpoint = i32::try_from(ctx.settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX);
-    let claimed = store::claim(&mut conn, per_endpoint, i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?;
+    let claimed = store::claim(&mut conn, per_endpoint(ctx), i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?;
     if claimed.is_empty() {
         return Ok(Vec::new());
     }
@@ -341,7 +345,7 @@ async fn record_successes(ctx: &Context, ok: &[Done]) {
     for _ in 0..8 {
         let result = async {
             let mut conn = ctx.db.get().await?;
-            anyhow::Ok(store::record_successes(&mut conn, &rows).await?)
+            anyhow::Ok(store::record_successes(&mut conn, &rows, per_endpoint(ctx)).await?)
         }
         .await;
         match result {
@@ -364,9 +368,10 @@ async fn record_successes(ctx: &Context, ok: &[Done]) {
 
 /// Records one failed attempt (and its consequences); retried like [`record_successes`].
 async fn record_failure(ctx: &Context, c: &Claimed, record: &AttemptRecord) {
-    let rules = DisableRules {
+    let rules = HealthRules {
         failed_deliveries: ctx.settings.disable_after_failed_deliveries,
         failing_seconds: i64::try_from(ctx.settings.disable_after_failing_seconds).unwrap_or(i64::MAX),
+        per_endpoint: per_endpoint(ctx),
     };
     let mut backoff = Duration::from_millis(100);
     for _ in 0..8 {

@@ -71,7 +71,9 @@ impl Claimed {
 ///
 /// Runs under a transaction-scoped advisory lock, so two replicas' claims do
 /// not interleave (a claim is one short statement). Endpoints that answered
-/// 429/503 are skipped until their `throttled_until`. Only unleased
+/// 429/503 are skipped until their `throttled_until`, and afterwards get
+/// only their `concurrency_limit` slots (halved by the 429/503, one more per
+/// recorded success; see [`record`]) instead of `per_endpoint`. Only unleased
 /// deliveries are claimed; expired leases are first put back by
 /// [`release_expired`]. Its cost grows with the number of endpoints that
 /// have claimable deliveries, not with their backlogs nor with what is in
@@ -98,7 +100,7 @@ WITH RECURSIVE pending_endpoints(endpoint_id) AS (
 ),
 open_endpoints AS (
     SELECT p.endpoint_id,
-           $1 - (SELECT count(*) FROM webhook_deliveries f
+           LEAST($1, COALESCE(e.concurrency_limit, $1)) - (SELECT count(*) FROM webhook_deliveries f
                  WHERE f.endpoint_id = p.endpoint_id AND f.status = 'pending'
                    AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
     FROM pending_endpoints p
@@ -363,11 +365,12 @@ pub async fn insert_deliveries_batch(conn: &mut AsyncPgConnection, batch: &[NewE
 /// commit for a whole batch): their `webhook_attempts` rows, their
 /// deliveries `succeeded` (only where the lease is still the claim token),
 /// and the health of their endpoints reset (`last_success_at`,
-/// `consecutive_failures = 0`, `failing_since = NULL`), exactly what
-/// [`record`] does for one success. Every record must have `success`.
+/// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
+/// one higher, back to NULL at `per_endpoint`), exactly what [`record`]
+/// does for one success. Every record must have `success`.
 /// Returns how many deliveries were updated; the others had lost their lease
 /// (their attempt row is still written, as [`record`] does).
-pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)]) -> QueryResult<usize> {
+pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)], per_endpoint: i32) -> QueryResult<usize> {
     if batch.is_empty() {
         return Ok(0);
     }
@@ -419,7 +422,9 @@ updated AS (
 ),
 health AS (
     UPDATE webhook_endpoints e
-    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL
+    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL,
+        concurrency_limit = CASE WHEN e.concurrency_limit IS NULL OR e.concurrency_limit + 1 >= $10 THEN NULL
+                                 ELSE e.concurrency_limit + 1 END
     WHERE e.id IN (SELECT DISTINCT endpoint_id FROM updated)
 )
 SELECT count(*) AS updated FROM updated
@@ -434,6 +439,7 @@ SELECT count(*) AS updated FROM updated
     .bind::<Array<Integer>, _>(durations)
     .bind::<Array<Nullable<Integer>>, _>(statuses)
     .bind::<Array<Nullable<Text>>, _>(bodies)
+    .bind::<Integer, _>(per_endpoint)
     .get_result(conn)
     .await?;
     Ok(usize::try_from(count.updated).unwrap_or(0))
@@ -472,13 +478,18 @@ pub struct AttemptRecord {
     pub retry_in: Option<std::time::Duration>,
 }
 
-/// Rules for disabling endpoints (see the crate docs).
+/// Rules for an endpoint's health: when to disable it, and the concurrency
+/// it returns to after a 429/503 slow-down (see the crate docs).
 #[derive(Debug, Clone, Copy)]
-pub struct DisableRules {
+pub struct HealthRules {
     /// Deliveries in a row that ended `failed`.
     pub failed_deliveries: i32,
     /// Seconds of failures without a success.
     pub failing_seconds: i64,
+    /// The configured per-endpoint concurrency (`per_endpoint_concurrency`):
+    /// the most attempts in flight to one endpoint, and the ceiling its
+    /// `concurrency_limit` climbs back to.
+    pub per_endpoint: i32,
 }
 
 /// What [`record`] did.
@@ -497,10 +508,13 @@ pub struct Recorded {
 
 /// Records an attempt and applies its consequences, in one transaction:
 /// the attempt row; the delivery's status, counters and next attempt; the
-/// endpoint's health (success resets it; 429/503 throttle it; 410 or the
-/// [`DisableRules`] disable it, pausing its pending deliveries and emitting
-/// `webhook_endpoint.disabled` to the tenant's other enabled endpoints).
-pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord, rules: DisableRules) -> anyhow::Result<Recorded> {
+/// endpoint's health (success resets it and raises its `concurrency_limit`
+/// by one; 429/503 throttle it: no attempt before the retry is due, and on
+/// the first of a throttle its concurrency limit is halved, at least 1; 410
+/// or the [`HealthRules`] disable it, pausing its pending deliveries and
+/// emitting `webhook_endpoint.disabled` to the tenant's other enabled
+/// endpoints).
+pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord, rules: HealthRules) -> anyhow::Result<Recorded> {
     use diesel_async::scoped_futures::ScopedFutureExt;
     use diesel_async::AsyncConnection;
     let c = c.clone();
@@ -574,10 +588,17 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
 
             let target = ep::table.filter(ep::id.eq(&c.endpoint_id));
             if a.success {
-                diesel::update(target)
-                    .set((ep::last_success_at.eq(now), ep::consecutive_failures.eq(0), ep::failing_since.eq(None::<DateTime<Utc>>)))
-                    .execute(conn)
-                    .await?;
+                diesel::sql_query(
+                    "UPDATE webhook_endpoints SET last_success_at = $2, consecutive_failures = 0, failing_since = NULL, \
+                     concurrency_limit = CASE WHEN concurrency_limit IS NULL OR concurrency_limit + 1 >= $3 THEN NULL \
+                                              ELSE concurrency_limit + 1 END \
+                     WHERE id = $1",
+                )
+                .bind::<Text, _>(&c.endpoint_id)
+                .bind::<Timestamptz, _>(now)
+                .bind::<Integer, _>(rules.per_endpoint)
+                .execute(conn)
+                .await?;
                 return Ok(Recorded { status: status.to_owned(), ..Default::default() });
             }
 
@@ -588,15 +609,23 @@ pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord
                 .execute(conn)
                 .await?;
             if throttle {
-                if let Some(at) = next_at {
-                    diesel::sql_query(
-                        "UPDATE webhook_endpoints SET throttled_until = GREATEST(COALESCE(throttled_until, $2), $2) WHERE id = $1",
-                    )
-                    .bind::<Text, _>(&c.endpoint_id)
-                    .bind::<Timestamptz, _>(at)
-                    .execute(conn)
-                    .await?;
-                }
+                // Halve the concurrency once per throttle (the answers to the
+                // rest of the same burst find the throttle already running),
+                // and hold every attempt until this retry is due.
+                diesel::sql_query(
+                    "UPDATE webhook_endpoints SET \
+                     concurrency_limit = CASE WHEN throttled_until IS NULL OR throttled_until <= now() \
+                                              THEN GREATEST(1, LEAST(COALESCE(concurrency_limit, $3), $3) / 2) \
+                                              ELSE concurrency_limit END, \
+                     throttled_until = CASE WHEN $2::timestamptz IS NULL THEN throttled_until \
+                                            ELSE GREATEST(COALESCE(throttled_until, $2), $2) END \
+                     WHERE id = $1",
+                )
+                .bind::<Text, _>(&c.endpoint_id)
+                .bind::<Nullable<Timestamptz>, _>(next_at)
+                .bind::<Integer, _>(rules.per_endpoint)
+                .execute(conn)
+                .await?;
             }
 
             let (reason, rule) = if health.status != "enabled" {

@@ -257,6 +257,55 @@ async fn retry_after_is_honoured() {
     d.stop().await;
 }
 
+/// 429/503 slow the endpoint down (AIMD): when the throttle ends, the
+/// backlog goes out at half the configured concurrency, not in a full burst,
+/// and successes bring the limit back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_throttle_the_endpoint_resumes_at_half_concurrency() {
+    let w = World::new(&[("dispatcher.per_endpoint_concurrency", "4")]).await;
+    let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let rx = Receiver::start(Arc::new(move |_, _| {
+        if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            Reply::Status(429, vec![("retry-after", "3".to_owned())])
+        } else {
+            Reply::Slow(Duration::from_millis(600), 200)
+        }
+    }))
+    .await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    eventually(WAIT, "the 429", || async { (!rx.received().is_empty()).then_some(()) }).await;
+    let limit = || async {
+        let mut conn = w.conn().await;
+        ep::table.filter(ep::id.eq(&endpoint)).select(ep::concurrency_limit).first::<Option<i32>>(&mut conn).await.unwrap()
+    };
+    eventually(WAIT, "the limit halved", || async { (limit().await == Some(2)).then_some(()) }).await;
+
+    // The backlog builds up while the endpoint is throttled.
+    for _ in 0..11 {
+        w.publish().await;
+    }
+    eventually(WAIT, "the backlog fanned in", || async { (w.deliveries(&endpoint).await.len() == 12).then_some(()) }).await;
+    assert_eq!(rx.received().len(), 1, "nothing is sent while the endpoint is throttled");
+
+    eventually(Duration::from_secs(40), "every delivery succeeded", || async {
+        w.deliveries(&endpoint).await.iter().all(|d| d.status == "succeeded").then_some(())
+    })
+    .await;
+    let after: Vec<_> = rx.received().into_iter().skip(1).map(|r| r.at).collect();
+    assert_eq!(after.len(), 12);
+    // Each answer takes 600 ms, so requests that arrive within 300 ms of the
+    // first one after the throttle were in flight together.
+    let burst = after.iter().filter(|at| at.duration_since(after[0]) < Duration::from_millis(300)).count();
+    assert_eq!(burst, 2, "the first burst after the throttle is half of per_endpoint_concurrency (4)");
+    assert_eq!(limit().await, None, "successes bring the limit back to the configured concurrency");
+    // Later bursts grow back to the configured 4.
+    let widest = after.iter().map(|t| after.iter().filter(|at| *at >= t && at.duration_since(*t) < Duration::from_millis(300)).count()).max();
+    assert!(widest.unwrap() > 2, "the concurrency climbs back: {after:?}");
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn during_a_rotation_both_secrets_sign() {
     let w = World::new(&[]).await;
@@ -503,6 +552,6 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
         success: true,
         retry_in: None,
     };
-    assert_eq!(store::record_successes(&mut conn, &[(first[0].clone(), ok.clone())]).await.unwrap(), 0, "the old token is void");
-    assert_eq!(store::record_successes(&mut conn, &[(second[0].clone(), ok)]).await.unwrap(), 1, "the new holder records");
+    assert_eq!(store::record_successes(&mut conn, &[(first[0].clone(), ok.clone())], 4).await.unwrap(), 0, "the old token is void");
+    assert_eq!(store::record_successes(&mut conn, &[(second[0].clone(), ok)], 4).await.unwrap(), 1, "the new holder records");
 }

@@ -66,7 +66,8 @@ async fn video_events(client: &Client, video: &str) -> Vec<(EventType, i64, Stri
     let mut out = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let page = client.list_events(None, cursor.as_deref()).await.expect("GET /events");
+        let filter = vid_client::EventFilter { cursor: cursor.as_deref(), ..Default::default() };
+        let page = client.list_events(&filter).await.expect("GET /events");
         for e in page.data {
             if let EventData::Video(d) = &e.data {
                 if d.video_id.as_str() == video {

@@ -81,7 +81,7 @@ async fn the_dispatcher_delivers_to_the_reference_receiver_which_applies_each_ev
     assert_eq!(types.iter().filter(|t| **t == "video.ready").count(), 1, "{types:?}");
     assert_eq!(types.iter().filter(|t| **t == "video.processing").count(), 1, "{types:?}");
     // Every event the api recorded for this video reached the receiver.
-    let events = client.list_events(None, None).await.unwrap().data;
+    let events = client.list_events(&vid_client::EventFilter::default()).await.unwrap().data;
     for e in events.iter().filter(|e| serde_json::to_value(&e.data).unwrap()["video_id"] == video_id.as_str()) {
         assert!(
             effects.iter().any(|x| x["event_id"] == e.id.as_str()),

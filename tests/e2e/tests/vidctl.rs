@@ -458,3 +458,60 @@ async fn endpoints_events_and_verify_from_the_shell() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("code: not_found"));
 }
+
+/// `vidctl events list --created-after/--created-before` (RFC 3339) against
+/// the real api binary: the bounds are exclusive, combine with `--type`, and
+/// a value that is not RFC 3339 is refused before any request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_list_filters_by_time_from_the_shell() {
+    use chrono::{Duration as Minutes, TimeZone, Utc};
+
+    let stack = Stack::start(&[]).await;
+    let dir = temp_dir();
+    // Four events of the stack's one tenant, one minute apart, inserted as
+    // the outbox writes them (the payload is the webhook body).
+    let base = Utc.with_ymd_and_hms(2026, 3, 1, 12, 0, 0).unwrap();
+    let mut ids: Vec<vid_core::EventId> = (0..4).map(|_| vid_core::EventId::generate()).collect();
+    ids.sort();
+    let mut sql = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        let at = base + Minutes::minutes(i as i64);
+        let type_ = if i % 2 == 0 { "video.ready" } else { "video.failed" };
+        let payload = serde_json::json!({
+            "id": id, "type": type_, "created": at.timestamp(),
+            "data": {"video_id": vid_core::VideoId::generate(), "operation_id": vid_core::OperationId::generate(), "version": 1},
+        });
+        sql.push_str(&format!(
+            "INSERT INTO events (id, tenant_id, event_type, resource_id, payload, created_at) \
+             SELECT '{id}', tenant_id, '{type_}', 'vid_x', '{payload}', '{}' FROM api_keys;\n",
+            at.to_rfc3339()
+        ));
+    }
+    let out = Command::new("psql").args([stack.database_url.as_str(), "-v", "ON_ERROR_STOP=1", "-qc", &sql]).output().expect("psql runs");
+    assert!(out.status.success(), "psql: {}", String::from_utf8_lossy(&out.stderr));
+    let listed = |args: &[&str]| {
+        let out = run(vidctl(&stack, &dir).args(["--json", "events", "list"]).args(args));
+        assert!(out.status.success(), "{args:?}");
+        let v = stdout_json(&out);
+        v["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    let newest_first = |which: &[usize]| which.iter().rev().map(|&i| ids[i].to_string()).collect::<Vec<_>>();
+    let at = |i: i64| (base + Minutes::minutes(i)).to_rfc3339();
+
+    assert_eq!(listed(&[]), newest_first(&[0, 1, 2, 3]));
+    assert_eq!(listed(&["--created-after", &at(1)]), newest_first(&[2, 3]));
+    assert_eq!(listed(&["--created-before", &at(2)]), newest_first(&[0, 1]));
+    assert_eq!(listed(&["--created-after", &at(0), "--created-before", &at(3)]), newest_first(&[1, 2]));
+    // Another offset names the same instant; combined with the type filter.
+    assert_eq!(listed(&["--created-after", "2026-03-01T13:00:30+01:00", "--type", "video.ready"]), newest_first(&[2]));
+    // The table output too.
+    let out = run(vidctl(&stack, &dir).args(["events", "list", "--created-after", &at(2)]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&ids[3].to_string()) && !text.contains(&ids[2].to_string()), "{text}");
+
+    // Not RFC 3339: a usage error naming the flag, no request made.
+    let out = run(vidctl(&stack, &dir).args(["events", "list", "--created-after", "yesterday"]));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--created-after") && err.contains("RFC 3339"), "{err}");
+}

@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{json, Value};
 use vid_client::upload::{Progress, Uploader};
-use vid_client::{Client, ClientError, DeliveryFilter, EndpointChanges, Page};
+use vid_client::{Client, ClientError, DeliveryFilter, EndpointChanges, EventFilter, Page};
 use vid_core::endpoint::{CreateEndpoint, Endpoint, EndpointHealth, EndpointStatus, SignatureFormat};
 use vid_core::event::{Event, EventData, EventType};
 use vid_core::operation::{Operation, OperationStatus, Phase};
@@ -221,9 +221,25 @@ enum EventCmd {
         /// Only this type, e.g. `video.ready`.
         #[arg(long = "type")]
         type_: Option<String>,
+        /// Only events recorded strictly after this instant: RFC 3339 with an
+        /// offset, e.g. `2026-01-02T03:04:05Z` or `2026-01-02T04:04:05+01:00`.
+        #[arg(long, value_parser = parse_rfc3339)]
+        created_after: Option<DateTime<Utc>>,
+        /// Only events recorded strictly before this instant (RFC 3339, like
+        /// `--created-after`).
+        #[arg(long, value_parser = parse_rfc3339)]
+        created_before: Option<DateTime<Utc>>,
         #[command(flatten)]
         page: PageArgs,
     },
+}
+
+/// An RFC 3339 date-time with an offset (`2026-01-02T03:04:05Z`,
+/// `2026-01-02T04:04:05.5+01:00`), as a UTC instant.
+fn parse_rfc3339(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("not an RFC 3339 date-time with an offset, such as 2026-01-02T03:04:05Z ({e})"))
 }
 
 fn parse_event_type(s: &str) -> Result<EventType, String> {
@@ -1005,11 +1021,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     println!("\n{}", serde_json::to_string_pretty(&e).expect("serialises"));
                 }
             }
-            EventCmd::List { type_, page } => {
+            EventCmd::List { type_, created_after, created_before, page } => {
                 let p = all_pages(&page, |c| {
                     let client = &client;
                     let t = type_.clone();
-                    async move { client.list_events(t.as_deref(), c.as_deref()).await }
+                    async move {
+                        let filter = EventFilter { type_: t.as_deref(), created_after, created_before, limit: None, cursor: c.as_deref() };
+                        client.list_events(&filter).await
+                    }
                 })
                 .await?;
                 if json_out {
@@ -1176,6 +1195,23 @@ mod tests {
         assert_eq!(parse(&["--url", "https://a.example/"]).unwrap(), (false, false));
         assert!(parse(&["--clear-description", "--description", "x"]).is_err());
         assert!(parse(&["--all-event-types", "--event-type", "video.ready"]).is_err());
+    }
+
+    #[test]
+    fn events_list_takes_rfc3339_time_bounds() {
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["vidctl", "events", "list"].iter().chain(extra)).map(|cli| match cli.command {
+                Command::Events(EventCmd::List { created_after, created_before, .. }) => (created_after, created_before),
+                _ => panic!("not events list"),
+            })
+        };
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(parse(&[]).unwrap(), (None, None));
+        assert_eq!(parse(&["--created-after", "2026-01-02T03:04:05Z"]).unwrap(), (Some(at), None));
+        assert_eq!(parse(&["--created-before", "2026-01-02T04:04:05+01:00"]).unwrap(), (None, Some(at)));
+        for bad in ["yesterday", "2026-01-02", "2026-01-02T03:04:05", "1767323045"] {
+            assert!(parse(&["--created-after", bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

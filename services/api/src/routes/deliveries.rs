@@ -33,10 +33,12 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/webhook-endpoints/{id:[^/:]+}:rotate-secret", web::post().to(rotate_secret))
-        .route("/webhook-endpoints/{id:[^/:]+}:enable", web::post().to(enable_endpoint))
-        .route("/webhook-endpoints/{id:[^/:]+}/deliveries", web::get().to(list_deliveries))
-        .route("/webhook-endpoints/{id:[^/:]+}/deliveries/{delivery_id:[^/:]+}:retry", web::post().to(retry_delivery));
+    cfg.service(web::resource("/webhook-endpoints/{id:[^/:]+}:rotate-secret").route(web::post().to(rotate_secret)))
+        .service(web::resource("/webhook-endpoints/{id:[^/:]+}:enable").route(web::post().to(enable_endpoint)))
+        .service(web::resource("/webhook-endpoints/{id:[^/:]+}/deliveries").route(web::get().to(list_deliveries)))
+        .service(
+            web::resource("/webhook-endpoints/{id:[^/:]+}/deliveries/{delivery_id:[^/:]+}:retry").route(web::post().to(retry_delivery)),
+        );
 }
 
 /// Checks that the endpoint exists, is not deleted and belongs to the tenant.
@@ -322,7 +324,7 @@ async fn list_deliveries(
 ) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;
-    let limit = query.limit.unwrap_or(20).clamp(1, 100);
+    let limit = crate::routes::page_size(query.limit);
     let mut q = dl::table.filter(dl::endpoint_id.eq(&id)).filter(dl::tenant_id.eq(&tenant.id)).into_boxed();
     if let Some(s) = &query.status {
         if !["pending", "succeeded", "failed", "paused"].contains(&s.as_str()) {

@@ -20,11 +20,12 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/webhook-endpoints", web::post().to(create_endpoint))
-        .route("/webhook-endpoints", web::get().to(list_endpoints))
-        .route("/webhook-endpoints/{id:[^/:]+}", web::get().to(get_endpoint))
-        .route("/webhook-endpoints/{id:[^/:]+}", web::patch().to(update_endpoint))
-        .route("/webhook-endpoints/{id:[^/:]+}", web::delete().to(delete_endpoint));
+    cfg.service(web::resource("/webhook-endpoints").route(web::post().to(create_endpoint)).route(web::get().to(list_endpoints))).service(
+        web::resource("/webhook-endpoints/{id:[^/:]+}")
+            .route(web::get().to(get_endpoint))
+            .route(web::patch().to(update_endpoint))
+            .route(web::delete().to(delete_endpoint)),
+    );
 }
 
 /// A row of `webhook_endpoints` without its sealed secrets.

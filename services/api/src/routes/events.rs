@@ -19,7 +19,8 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/events", web::get().to(list_events)).route("/events/{id}", web::get().to(get_event));
+    cfg.service(web::resource("/events").route(web::get().to(list_events)))
+        .service(web::resource("/events/{id}").route(web::get().to(get_event)));
 }
 
 /// The query of `GET /events`. Any other parameter is refused (`400
@@ -43,7 +44,7 @@ pub struct EventsQuery {
 impl EventsQuery {
     /// The page size, clamped to 1–100.
     pub fn limit(&self) -> i64 {
-        self.limit.unwrap_or(20).clamp(1, 100)
+        crate::routes::page_size(self.limit)
     }
 }
 

@@ -11,7 +11,9 @@ use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz)).route("/readyz", web::get().to(readyz)).route("/metrics", web::get().to(metrics));
+    cfg.service(web::resource("/healthz").route(web::get().to(healthz)))
+        .service(web::resource("/readyz").route(web::get().to(readyz)))
+        .service(web::resource("/metrics").route(web::get().to(metrics)));
 }
 
 /// Liveness: the process answers. Cheap; touches no dependency.

@@ -22,6 +22,18 @@ pub fn parse_id<T: FromStr<Err = IdError>>(raw: &str) -> Result<T, ApiError> {
 }
 
 /// Every route of the api.
+///
+/// Each path is registered once, as a `web::resource(path)` holding one
+/// `.route(web::METHOD().to(handler))` per method it supports, and never with
+/// `ServiceConfig::route(path, …)`: that makes one resource per method, each
+/// guarded by its method, so a request with another method matches no
+/// resource and falls through to the `404` of the app. With one resource per
+/// path, a known path asked with a method it does not support is answered by
+/// the resource itself: `405 Method Not Allowed` with an `Allow` header
+/// listing its methods (RFC 9110 §15.5.6), which [`crate::error::method_not_allowed`]
+/// turns into a `method_not_allowed` problem. `tests/methods.rs` holds every
+/// path of the OpenAPI document to this, and `tests/openapi.rs` reads these
+/// registrations to check that each route is documented.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     health::configure(cfg);
     uploads::configure(cfg);
@@ -32,26 +44,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     events::configure(cfg);
 }
 
-/// Opaque list cursor: the last id of the previous page.
-#[derive(Debug, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PageQuery {
-    /// Page size, 1–100 (default 20).
-    pub limit: Option<i64>,
-    /// Return items older than this id (the `next_cursor` of the previous page).
-    pub cursor: Option<String>,
-    /// Filter by status (operations) or type (events).
-    pub status: Option<String>,
-    /// Filter events by type.
-    #[serde(rename = "type")]
-    pub type_: Option<String>,
-}
-
-impl PageQuery {
-    /// The page size, clamped to 1–100.
-    pub fn limit(&self) -> i64 {
-        self.limit.unwrap_or(20).clamp(1, 100)
-    }
+/// The page size of a list for its `limit` parameter: 20 when absent,
+/// otherwise clamped to 1–100.
+///
+/// Each list has its own query struct (`VideosQuery`, `OperationsQuery`,
+/// `EventsQuery`, …) with `#[serde(deny_unknown_fields)]`, so a parameter the
+/// list does not take is `400 invalid_query` naming it, never silently ignored.
+pub fn page_size(limit: Option<i64>) -> i64 {
+    limit.unwrap_or(20).clamp(1, 100)
 }
 
 /// A page of a list endpoint: `{data: [...], next_cursor}`.

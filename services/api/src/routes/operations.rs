@@ -15,16 +15,16 @@ use vid_db::RunQueryDsl;
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{parse_id, Page, PageQuery};
+use crate::routes::{page_size, parse_id, Page};
 use crate::state::AppState;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/operations", web::get().to(list_operations))
-        .route("/operations/{id:[^/:]+}", web::get().to(get_operation))
-        .route("/operations/{id:[^/:]+}:cancel", web::post().to(cancel_operation))
-        .route("/operations/{id:[^/:]+}:wait", web::post().to(wait_operation))
-        .route("/operations/{id:[^/:]+}/events", web::get().to(operation_events));
+    cfg.service(web::resource("/operations").route(web::get().to(list_operations)))
+        .service(web::resource("/operations/{id:[^/:]+}").route(web::get().to(get_operation)))
+        .service(web::resource("/operations/{id:[^/:]+}:cancel").route(web::post().to(cancel_operation)))
+        .service(web::resource("/operations/{id:[^/:]+}:wait").route(web::post().to(wait_operation)))
+        .service(web::resource("/operations/{id:[^/:]+}/events").route(web::get().to(operation_events)));
 }
 
 /// `Location` of an operation.
@@ -103,13 +103,34 @@ async fn get_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
     Ok(HttpResponse::Ok().json(load_operation(&state, &tenant, &id).await?))
 }
 
+/// The query of `GET /operations`: `status`, `limit` and `cursor`, nothing
+/// else. Any other parameter (`type`, …) is refused with `400 invalid_query`
+/// naming it, rather than silently ignored.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct OperationsQuery {
+    /// Only operations in this status.
+    #[param(value_type = Option<OperationStatus>)]
+    pub status: Option<String>,
+    /// Page size; clamped to 1–100 (default 20).
+    pub limit: Option<i64>,
+    /// The `next_cursor` of the previous page: items older than this operation.
+    #[param(value_type = Option<OperationId>)]
+    pub cursor: Option<String>,
+}
+
 /// `GET /operations?status=&limit=&cursor=`: newest first, cursor-paged.
+///
+/// Errors (`400`): `invalid_query` for a malformed `limit` or any other
+/// parameter (the detail names it); `invalid_status` for an unknown status;
+/// `invalid_cursor` for a cursor that is not an operation id.
 #[utoipa::path(
     get,
     path = "/operations",
     tag = "operations",
     security(("api_key" = [])),
-    params(("status" = Option<OperationStatus>, Query, description = "Only operations in this status."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<vid_core::OperationId>, Query, description = "The `next_cursor` of the previous page: items older than this operation.")),
+    params(OperationsQuery),
     responses(
         (status = 200, description = "A page of operations, newest first.", body = Page<Operation>),
         (status = 400, response = crate::openapi::BadRequest),
@@ -117,8 +138,8 @@ async fn get_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
-    let limit = query.limit();
+async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web::Query<OperationsQuery>) -> ApiResult<HttpResponse> {
+    let limit = page_size(query.limit);
     let mut q = operations::table.filter(operations::tenant_id.eq(&tenant.id)).into_boxed();
     if let Some(status) = &query.status {
         let status =

@@ -25,11 +25,10 @@ use crate::storage;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/uploads", web::post().to(create_upload))
-        .route("/uploads/{id}", web::get().to(get_upload))
-        .route("/uploads/{id}", web::delete().to(abort_upload))
-        .route("/uploads/{id}/parts:sign", web::post().to(sign_parts))
-        .route("/uploads/{id}/complete", web::post().to(complete_upload));
+    cfg.service(web::resource("/uploads").route(web::post().to(create_upload)))
+        .service(web::resource("/uploads/{id}").route(web::get().to(get_upload)).route(web::delete().to(abort_upload)))
+        .service(web::resource("/uploads/{id}/parts:sign").route(web::post().to(sign_parts)))
+        .service(web::resource("/uploads/{id}/complete").route(web::post().to(complete_upload)));
 }
 
 /// A row of `uploads`.

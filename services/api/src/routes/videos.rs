@@ -13,13 +13,14 @@ use vid_db::RunQueryDsl;
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::operations::page;
-use crate::routes::{parse_id, PageQuery};
+use crate::routes::{page_size, parse_id};
 use crate::state::AppState;
 use crate::storage;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/videos", web::get().to(list_videos)).route("/videos/{id}", web::get().to(get_video));
+    cfg.service(web::resource("/videos").route(web::get().to(list_videos)))
+        .service(web::resource("/videos/{id}").route(web::get().to(get_video)));
 }
 
 /// A row of `videos`.
@@ -96,13 +97,31 @@ async fn get_video(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
     Ok(HttpResponse::Ok().json(video))
 }
 
+/// The query of `GET /videos`: `limit` and `cursor`, nothing else. Any other
+/// parameter (`status`, `type`, …) is refused with `400 invalid_query`
+/// naming it, rather than silently ignored.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct VideosQuery {
+    /// Page size; clamped to 1–100 (default 20).
+    pub limit: Option<i64>,
+    /// The `next_cursor` of the previous page: items older than this video.
+    #[param(value_type = Option<VideoId>)]
+    pub cursor: Option<String>,
+}
+
 /// `GET /videos?limit=&cursor=`: newest first, without download URLs.
+///
+/// Errors (`400`): `invalid_query` for a malformed `limit` or any other
+/// parameter (the detail names it); `invalid_cursor` for a cursor that is not
+/// a video id.
 #[utoipa::path(
     get,
     path = "/videos",
     tag = "videos",
     security(("api_key" = [])),
-    params(("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<VideoId>, Query, description = "The `next_cursor` of the previous page: items older than this video.")),
+    params(VideosQuery),
     responses(
         (status = 200, description = "A page of videos, newest first, without download URLs.", body = crate::routes::Page<Video>),
         (status = 400, response = crate::openapi::BadRequest),
@@ -110,8 +129,8 @@ async fn get_video(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn list_videos(state: web::Data<AppState>, tenant: Tenant, query: web::Query<PageQuery>) -> ApiResult<HttpResponse> {
-    let limit = query.limit();
+async fn list_videos(state: web::Data<AppState>, tenant: Tenant, query: web::Query<VideosQuery>) -> ApiResult<HttpResponse> {
+    let limit = page_size(query.limit);
     let mut q = videos::table.filter(videos::tenant_id.eq(&tenant.id)).into_boxed();
     if let Some(cursor) = &query.cursor {
         let cursor: VideoId = cursor.parse().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not a video id"))?;

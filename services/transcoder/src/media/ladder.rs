@@ -1,4 +1,5 @@
-//! Rendition ladder planning: a pure function of the upright source size.
+//! Rendition ladder planning (a pure function of the upright source size) and
+//! the picture geometry the transcode shares with the probe.
 
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +60,31 @@ pub fn plan(width: u32, height: u32, ladder: &[u32]) -> Vec<Rung> {
     out
 }
 
+/// The upright display size, in pixels, of a `width`×`height` coded picture
+/// whose pixels are `sar` wide per unit of height (sample aspect ratio;
+/// non-finite or ≤ 0 counts as 1), rotated clockwise by `rotation` degrees:
+/// `(round(width × sar), height)`, each at least 1, swapped for 90 and 270.
+pub fn display_size(width: u32, height: u32, sar: f64, rotation: i32) -> (u32, u32) {
+    let sar = if sar.is_finite() && sar > 0.0 { sar } else { 1.0 };
+    let dw = (f64::from(width) * sar).round().clamp(1.0, f64::from(u32::MAX)) as u32;
+    let dh = height.max(1);
+    if rotation == 90 || rotation == 270 {
+        (dh, dw)
+    } else {
+        (dw, dh)
+    }
+}
+
+/// The largest even size, in pixels, with the aspect ratio of `width`×`height`
+/// that fits inside an even `box_width`×`box_height` box (up- or downscaled);
+/// the rest of the box is left for letterbox/pillarbox bars. Each side is
+/// even, at least 2 and at most the box's side.
+pub fn fit(width: u32, height: u32, box_width: u32, box_height: u32) -> (u32, u32) {
+    let (w, h) = (f64::from(width.max(1)), f64::from(height.max(1)));
+    let s = (f64::from(box_width) / w).min(f64::from(box_height) / h);
+    (even_down(even(w * s).min(box_width)), even_down(even(h * s).min(box_height)))
+}
+
 fn rung(name: String, width: u32, height: u32) -> Rung {
     // About 2.5 bits per pixel per second at the cap (1080p ≈ 5.2 Mb/s,
     // 720p ≈ 2.3 Mb/s, 360p ≈ 0.6 Mb/s), never below 200 kb/s.
@@ -97,6 +123,28 @@ mod tests {
     fn portrait_uses_the_short_side() {
         assert_eq!(dims(&plan(1080, 1920, &LADDER))[0], ("1080p".into(), 1080, 1920));
         assert_eq!(dims(&plan(240, 320, &LADDER)), vec![("240p".into(), 240, 320)]);
+    }
+
+    #[test]
+    fn display_size_applies_sar_and_rotation() {
+        assert_eq!(display_size(176, 144, 128.0 / 117.0, 0), (193, 144));
+        assert_eq!(display_size(640, 360, 1.0, 90), (360, 640));
+        assert_eq!(display_size(640, 360, 1.0, 270), (360, 640));
+        assert_eq!(display_size(640, 360, 0.0, 180), (640, 360));
+        assert_eq!(display_size(640, 360, f64::NAN, 0), (640, 360));
+    }
+
+    #[test]
+    fn fit_keeps_the_aspect_inside_the_box() {
+        // Wider than the box: full width, bars above and below.
+        assert_eq!(fit(480, 120, 320, 240), (320, 80));
+        // Taller: full height, bars left and right.
+        assert_eq!(fit(120, 480, 320, 240), (60, 240));
+        // Same aspect: the whole box, whatever the scale.
+        assert_eq!(fit(1280, 720, 640, 360), (640, 360));
+        assert_eq!(fit(160, 90, 640, 360), (640, 360));
+        // Extreme shapes stay even and at least 2.
+        assert_eq!(fit(4100, 2, 320, 240), (320, 2));
     }
 
     #[test]

@@ -151,11 +151,7 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
 
     let sar = vpar.sample_aspect_ratio;
     let sar = if sar.num > 0 && sar.den > 0 { sar.num as f64 / sar.den as f64 } else { 1.0 };
-    let mut dw = ((width as f64) * sar).round().max(1.0) as u32;
-    let mut dh = height;
-    if rotation == 90 || rotation == 270 {
-        std::mem::swap(&mut dw, &mut dh);
-    }
+    let (dw, dh) = super::ladder::display_size(width, height, sar, rotation);
 
     Ok(Probe {
         source: SourceMetadata {

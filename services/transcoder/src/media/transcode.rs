@@ -3,7 +3,7 @@
 //! One demuxer, one video decoder and (optionally) one audio decoder feed:
 //!
 //! ```text
-//! video: buffer → [transpose | hflip,vflip] → split=N → scale → setsar=1 → format=yuv420p → buffersink  (× N rungs)
+//! video: buffer → [transpose | hflip,vflip] → split=N → scale → [pad] → setsar=1 → format=yuv420p → buffersink  (× N rungs)
 //!                                                          each sink → libx264 encoder → its own MP4 muxer
 //! audio: abuffer → aresample → aformat=fltp:<rate>:<mono|stereo> → abuffersink(1024 samples)
 //!                                                          → ONE AAC encoder → the same packets muxed into every MP4
@@ -14,6 +14,22 @@
 //! of N and keeps the renditions switchable. The poster is taken from the
 //! tallest rung's filtered frames (so it is upright and square-pixelled) at
 //! `min(1 s, duration / 2)` and encoded as a single MJPEG frame.
+//!
+//! Frame sizes. The probe only saw the stream header, and a stream may change
+//! its size mid-stream (a new SPS in H.264, a keyframe of another size in
+//! VP8/VP9). So:
+//!
+//! - the decoder is opened with `max_pixels` = [`Limits::decoder_max_pixels`]:
+//!   libavcodec refuses to allocate a bigger frame, and such a refusal (the
+//!   decoder's size is then over the limits, or reset to 0×0) fails the job
+//!   `dimensions_too_large`;
+//! - every decoded frame is checked against `max_width` × `max_height`
+//!   (`dimensions_too_large` too), before it reaches the filter graph;
+//! - a size (or pixel format) change within the limits rebuilds the video
+//!   filter graph for the new frames; they are scaled into the SAME renditions
+//!   (the ladder is planned once, from the header): a picture of the probed
+//!   display size fills them, any other is fitted inside with its aspect kept
+//!   and centred on black bars (letterbox/pillarbox), never stretched.
 
 use std::path::{Path, PathBuf};
 
@@ -104,10 +120,16 @@ struct AudioPipe {
 /// after decoded video frames: decoded timestamp over the probed duration, or
 /// bytes read over the file size when the duration is unknown.
 ///
-/// Errors: `corrupt_media` (read errors, i.e. truncation; no decodable frame;
-/// many decode errors; decoded video much shorter than the container claims),
-/// `duration_too_long` / `duration_too_short` (when the probe did not know the
-/// duration), and [`MediaError::Internal`] for encoder/muxer/file-system errors.
+/// A change of frame size mid-stream within `limits` rebuilds the filter graph
+/// and fits the new frames into the same renditions (see the module docs).
+///
+/// Errors: `dimensions_too_large` (a decoded frame over `limits.max_width` ×
+/// `max_height`, or the decoder refused a frame over its pixel budget
+/// [`Limits::decoder_max_pixels`]), `corrupt_media` (read errors, i.e.
+/// truncation; no decodable frame; many decode errors; decoded video much
+/// shorter than the container claims), `duration_too_long` /
+/// `duration_too_short` (when the probe did not know the duration), and
+/// [`MediaError::Internal`] for encoder/muxer/file-system errors.
 pub fn transcode(
     input: &Path,
     out_dir: &Path,
@@ -126,9 +148,7 @@ pub fn transcode(
     let frame_rate = ist.avg_frame_rate();
     let mut vctx = codec::context::Context::from_parameters(ist.parameters()).map_err(internal("video decoder parameters"))?;
     vctx.set_threading(codec::threading::Config { kind: codec::threading::Type::Frame, count: 0, ..Default::default() });
-    let mut vdec = vctx.decoder();
-    vdec.set_packet_time_base(v_tb);
-    let mut vdec = vdec.video().map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the video decoder: {e}")))?;
+    let mut vdec = open_video_decoder(vctx, v_tb, limits)?;
     let sar = {
         let r = vdec.aspect_ratio();
         if r.numerator() > 0 && r.denominator() > 0 {
@@ -156,6 +176,8 @@ pub fn transcode(
     let mut poster_done = false;
 
     let mut graph: Option<filter::Graph> = None;
+    // The (width, height, pixel format) the current graph was built for.
+    let mut graph_input: Option<(u32, u32, format::Pixel)> = None;
     let mut decoded = frame::Video::empty();
     let mut filtered = frame::Video::empty();
     let mut frames = 0u64;
@@ -174,6 +196,9 @@ pub fn transcode(
                     Err(e) if is_again(&e) || e == ffmpeg::Error::Eof => break,
                     Err(_) => {
                         decode_errors += 1;
+                        if let Some(p) = refused_size(&vdec, limits) {
+                            return Err(p.into());
+                        }
                         continue;
                     }
                 }
@@ -187,10 +212,31 @@ pub fn transcode(
                 first_pts.get_or_insert(pts);
                 decoded.set_pts(Some(pts));
                 frames += 1;
-                if graph.is_none() {
+                let secs = (pts - v_start) as f64 * f64::from(v_tb);
+                let (w, h) = (decoded.width(), decoded.height());
+                if limits.exceeded_by(w, h) {
+                    return Err(problem(
+                        problems::DIMENSIONS_TOO_LARGE,
+                        format!(
+                            "a decoded frame at {secs:.2} s is {w}×{h}, which exceeds the limit of {}×{}",
+                            limits.max_width, limits.max_height
+                        ),
+                    )
+                    .into());
+                }
+                let input = (w, h, decoded.format());
+                if graph_input != Some(input) {
+                    if let (Some(g), Some((pw, ph, _))) = (graph.as_mut(), graph_input) {
+                        // Everything of the old size goes out before the new graph takes over.
+                        tracing::info!(from = %format!("{pw}x{ph}"), to = %format!("{w}x{h}"), at_seconds = secs, "the video changes size or format mid-stream; rebuilding the filter graph");
+                        g.get("in").unwrap().source().flush().map_err(internal("flushing the video graph"))?;
+                        drain_sinks(g, &mut outputs, &mut filtered, v_tb, poster_at, &mut poster_frame, &mut poster_done)?;
+                    }
+                    let boxes = placements(w, h, sar, probe, rungs);
                     graph = Some(
-                        build_video_graph(&decoded, v_tb, sar, &probe.rotation_filter, rungs).map_err(internal("video filter graph"))?,
+                        build_video_graph(&decoded, v_tb, sar, &probe.rotation_filter, &boxes).map_err(internal("video filter graph"))?,
                     );
+                    graph_input = Some(input);
                 }
                 let g = graph.as_mut().unwrap();
                 g.get("in")
@@ -200,7 +246,6 @@ pub fn transcode(
                     .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the video changes format mid-stream: {e}")))?;
                 drain_sinks(g, &mut outputs, &mut filtered, v_tb, poster_at, &mut poster_frame, &mut poster_done)?;
 
-                let secs = (pts - v_start) as f64 * f64::from(v_tb);
                 if secs > limits.max_duration_seconds + 1.0 {
                     return Err(problem(
                         problems::DURATION_TOO_LONG,
@@ -246,6 +291,9 @@ pub fn transcode(
             packets += 1;
             if vdec.send_packet(&packet).is_err() {
                 decode_errors += 1;
+                if let Some(p) = refused_size(&vdec, limits) {
+                    return Err(p.into());
+                }
             }
             pump_video!();
         } else if let Some(a) = audio.as_mut().filter(|a| a.stream == packet.stream()) {
@@ -413,12 +461,84 @@ fn open_output(
     Ok(Output { rung: rung.clone(), path, octx, enc, enc_tb: v_tb, v_ost, v_ost_tb, a_ost })
 }
 
+/// Opens the video decoder with `max_pixels` = [`Limits::decoder_max_pixels`],
+/// and makes sure libavcodec took it (an option it ignored would silently
+/// leave the default budget of `i32::MAX` pixels).
+fn open_video_decoder(ctx: codec::context::Context, tb: Rational, limits: &Limits) -> Result<ffmpeg::decoder::Video, MediaError> {
+    let mut dec = ctx.decoder();
+    dec.set_packet_time_base(tb);
+    let Some(codec) = dec.codec().or_else(|| ffmpeg::decoder::find(dec.id())) else {
+        return Err(problem(problems::UNSUPPORTED_CODEC, format!("no decoder for video codec {:?}", dec.id())).into());
+    };
+    let budget = limits.decoder_max_pixels();
+    let mut opts = Dictionary::new();
+    opts.set("max_pixels", &budget.to_string());
+    // The header was validated, so it is within the budget: an open failure here is not about the size.
+    let vdec = dec
+        .open_as_with(codec, opts)
+        .and_then(|o| o.video())
+        .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the video decoder: {e}")))?;
+    let set = unsafe { (*vdec.as_ptr()).max_pixels };
+    if set != budget {
+        return Err(MediaError::Internal(format!("the video decoder's max_pixels is {set}, not {budget}")));
+    }
+    Ok(vdec)
+}
+
+/// After a decode error: the `dimensions_too_large` problem if the decoder
+/// refused a frame size, else `None` (an ordinary decode error).
+///
+/// libavcodec reports a `max_pixels` refusal with a generic error code
+/// (`AVERROR_INVALIDDATA`, `EINVAL` or `ENOMEM`, depending on the codec), but
+/// it leaves the refused size in the context (H.264, HEVC: width/height over
+/// the limits) or, where `ff_set_dimensions` refused it (VP8, VP9, MPEG-4),
+/// resets the size to 0×0 — which never happens to a decoder that was opened
+/// with a validated, non-zero size otherwise.
+fn refused_size(dec: &ffmpeg::decoder::Video, limits: &Limits) -> Option<vid_core::Problem> {
+    let (w, h) = (dec.width(), dec.height());
+    let (mw, mh) = (limits.max_width, limits.max_height);
+    if limits.exceeded_by(w, h) {
+        Some(problem(problems::DIMENSIONS_TOO_LARGE, format!("the decoder refused a {w}×{h} frame, which exceeds the limit of {mw}×{mh}")))
+    } else if w == 0 && h == 0 {
+        Some(problem(
+            problems::DIMENSIONS_TOO_LARGE,
+            format!(
+                "the decoder refused a change of frame size mid-stream: more than the {} pixels allowed for {mw}×{mh}",
+                limits.decoder_max_pixels()
+            ),
+        ))
+    } else {
+        None
+    }
+}
+
+/// Where the frames of one input size go in each rung: `(rung width, rung
+/// height, picture width, picture height)` in pixels. A picture of the probed
+/// display size fills its rung (the plan was made for it); any other size is
+/// fitted inside with its aspect kept ([`super::ladder::fit`]), the rest being
+/// black bars.
+fn placements(width: u32, height: u32, sar: Rational, probe: &Probe, rungs: &[Rung]) -> Vec<(u32, u32, u32, u32)> {
+    let (dw, dh) = super::ladder::display_size(width, height, f64::from(sar), probe.source.rotation);
+    let native = (dw, dh) == (probe.display_width, probe.display_height);
+    rungs
+        .iter()
+        .map(|r| {
+            let (pw, ph) = if native { (r.width, r.height) } else { super::ladder::fit(dw, dh, r.width, r.height) };
+            (r.width, r.height, pw, ph)
+        })
+        .collect()
+}
+
+/// The video filter graph for frames like `first`: `boxes` holds, per rung
+/// (in order), `(rung width, rung height, picture width, picture height)`
+/// from [`placements`]; a picture smaller than its rung is padded, centred,
+/// with black.
 fn build_video_graph(
     first: &frame::Video,
     tb: Rational,
     sar: Rational,
     rotation: &str,
-    rungs: &[Rung],
+    boxes: &[(u32, u32, u32, u32)],
 ) -> Result<filter::Graph, ffmpeg::Error> {
     let mut g = filter::Graph::new();
     let pix: ffmpeg::ffi::AVPixelFormat = first.format().into();
@@ -447,16 +567,25 @@ fn build_video_graph(
         link(&mut g, &last, 0, &id);
         last = id;
     }
-    g.add(&find("split")?, "split", &rungs.len().to_string())?;
+    g.add(&find("split")?, "split", &boxes.len().to_string())?;
     link(&mut g, &last, 0, "split");
-    for (i, r) in rungs.iter().enumerate() {
+    for (i, &(rw, rh, pw, ph)) in boxes.iter().enumerate() {
         let (scale, setsar, fmt, out) = (format!("scale{i}"), format!("setsar{i}"), format!("fmt{i}"), format!("out{i}"));
-        g.add(&find("scale")?, &scale, &format!("w={}:h={}:flags=bicubic", r.width, r.height))?;
+        g.add(&find("scale")?, &scale, &format!("w={pw}:h={ph}:flags=bicubic"))?;
         g.add(&find("setsar")?, &setsar, "sar=1")?;
         g.add(&find("format")?, &fmt, "pix_fmts=yuv420p")?;
         g.add(&find("buffersink")?, &out, "")?;
         link(&mut g, "split", i as u32, &scale);
-        link(&mut g, &scale, 0, &setsar);
+        if (pw, ph) == (rw, rh) {
+            link(&mut g, &scale, 0, &setsar);
+        } else {
+            let pad = format!("pad{i}");
+            // Even offsets keep the 4:2:0 chroma aligned.
+            let (x, y) = (((rw - pw) / 2) & !1, ((rh - ph) / 2) & !1);
+            g.add(&find("pad")?, &pad, &format!("w={rw}:h={rh}:x={x}:y={y}:color=black"))?;
+            link(&mut g, &scale, 0, &pad);
+            link(&mut g, &pad, 0, &setsar);
+        }
         link(&mut g, &setsar, 0, &fmt);
         link(&mut g, &fmt, 0, &out);
     }

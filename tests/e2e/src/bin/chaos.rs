@@ -1325,7 +1325,11 @@ async fn verify_inner(
 
     // --- events -----------------------------------------------------------
     let db_events = sql(db, "SELECT id, event_type FROM events ORDER BY id").await?;
-    let api_events = all_pages(|c| async move { client.list_events(None, c.as_deref()).await }).await?;
+    let api_events = all_pages(|c| async move {
+        let filter = vid_client::EventFilter { cursor: c.as_deref(), ..Default::default() };
+        client.list_events(&filter).await
+    })
+    .await?;
     let db_event_ids: HashSet<String> = db_events.iter().map(|r| r[0].clone()).collect();
     let api_event_ids: HashSet<String> = api_events.iter().map(|e| e.id.as_str().to_owned()).collect();
     rep.events = db_event_ids.len();

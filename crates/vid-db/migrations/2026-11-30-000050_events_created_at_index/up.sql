@@ -1,0 +1,18 @@
+-- api: `GET /events` by time.
+--
+-- The listing is `WHERE tenant_id = $1 [AND event_type = $2]
+-- [AND created_at > $3] [AND created_at < $4] [AND id < $cursor]
+-- ORDER BY id DESC LIMIT n` (services/api/src/routes/events.rs). Without
+-- a time bound, events_tenant (tenant_id, id DESC) answers it in order and
+-- stops after n rows. With one, that index had to walk every newer event of
+-- the tenant and drop those outside the window (or PostgreSQL read the
+-- whole table): a window a month back read a month of events.
+--
+-- Here the window is a range of this index, so a listing reads only the
+-- events inside it (then sorts that window by id for the page). event_type
+-- comes third, after the range, so a type filter is checked on the index
+-- entry, before the table row is read; as the leading columns it would
+-- leave untyped listings without an index. The cursor is by id, which the
+-- planner applies as a filter, or it keeps events_tenant when the cursor
+-- makes that cheaper.
+CREATE INDEX events_tenant_created ON events (tenant_id, created_at, event_type);
