@@ -5,7 +5,7 @@
 use actix_web::dev::ServiceResponse;
 use actix_web::http::{header, StatusCode};
 use actix_web::middleware::ErrorHandlerResponse;
-use actix_web::{HttpResponse, ResponseError};
+use actix_web::{HttpMessage, HttpResponse, ResponseError};
 use vid_core::problem::{Problem, PROBLEM_JSON};
 
 /// Every error a handler can return. Each maps to one status and one stable code.
@@ -142,6 +142,30 @@ pub fn problem_response(problem: Problem) -> HttpResponse {
         .json(problem)
 }
 
+/// The method the client sent, when [`head_as_get`] routed it as another.
+#[derive(Debug, Clone)]
+struct ClientMethod(actix_web::http::Method);
+
+/// Serves `HEAD` wherever `GET` is served (RFC 9110 §9.3.2: the same status
+/// and header fields as `GET`, without content).
+///
+/// Routes are registered per method (`web::get()` matches only `GET`), so
+/// this middleware routes a `HEAD` request as `GET`; actix-web's HTTP/1
+/// encoder, which saw the request as `HEAD`, then sends the `GET` answer's
+/// status and headers (including its `Content-Length`) and no body. A path
+/// without `GET` answers `405` with an `Allow` header ([`method_not_allowed`],
+/// which reports the client's `HEAD`). Errors: none of its own.
+pub async fn head_as_get(
+    mut req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> actix_web::Result<ServiceResponse<impl actix_web::body::MessageBody>> {
+    if req.method() == actix_web::http::Method::HEAD {
+        req.extensions_mut().insert(ClientMethod(actix_web::http::Method::HEAD));
+        req.head_mut().method = actix_web::http::Method::GET;
+    }
+    next.call(req).await
+}
+
 /// Turns actix-web's bare `405 Method Not Allowed` into the api's problem.
 ///
 /// Every path is registered once, as a `web::resource` holding one route per
@@ -162,10 +186,20 @@ pub fn method_not_allowed<B>(res: ServiceResponse<B>) -> actix_web::Result<Error
     if is_problem {
         return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
     }
-    let allow = res.headers().get(header::ALLOW).cloned();
-    let allowed = allow.as_ref().and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty()).unwrap_or("none");
+    // A path that serves GET serves HEAD too ([`head_as_get`]).
+    let allow = res.headers().get(header::ALLOW).and_then(|v| v.to_str().ok()).map(|v| {
+        let methods: Vec<&str> = v.split(',').map(str::trim).filter(|m| !m.is_empty()).collect();
+        if methods.contains(&"GET") && !methods.contains(&"HEAD") {
+            format!("{}, HEAD", methods.join(", "))
+        } else {
+            methods.join(", ")
+        }
+    });
+    let allowed = allow.as_deref().filter(|v| !v.is_empty()).unwrap_or("none").to_owned();
+    let method = res.request().extensions().get::<ClientMethod>().map_or_else(|| res.request().method().clone(), |m| m.0.clone());
+    let allow = allow.and_then(|v| header::HeaderValue::from_str(&v).ok());
     let problem = Problem::new(StatusCode::METHOD_NOT_ALLOWED.as_u16(), "method_not_allowed", "Method not allowed")
-        .with_detail(format!("`{}` is not allowed on this path; allowed: {allowed} (see the `Allow` header)", res.request().method()));
+        .with_detail(format!("`{method}` is not allowed on this path; allowed: {allowed} (see the `Allow` header)"));
     let (req, _) = res.into_parts();
     let mut answer = problem_response(problem);
     if let Some(allow) = allow {

@@ -126,6 +126,9 @@ impl Application {
             App::new()
                 // Inside the metrics middleware, so the 405 it rewrites still
                 // gets its request id and is counted under its route pattern.
+                // Innermost: routes HEAD as GET (the metrics and the 405
+                // rewrite still see the client's method).
+                .wrap(actix_web::middleware::from_fn(error::head_as_get))
                 .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
                 .app_data(data.clone())

@@ -63,7 +63,11 @@ async fn every_known_path_answers_other_methods_with_405_and_allow() {
         for method in METHODS.iter().filter(|m| !allowed.contains(**m)) {
             let (status, headers, body) = send(&api, method, &url, true).await;
             assert_eq!(status, 405, "{method} {path}: {body}");
-            assert_eq!(&allow(&headers), allowed, "{method} {path}: Allow {:?}", headers.get("allow"));
+            let mut expected = allowed.clone();
+            if allowed.contains("GET") {
+                expected.insert("HEAD".to_owned()); // served wherever GET is
+            }
+            assert_eq!(allow(&headers), expected, "{method} {path}: Allow {:?}", headers.get("allow"));
             let ct = headers.get("content-type").unwrap().to_str().unwrap();
             assert!(ct.starts_with("application/problem+json"), "{method} {path}: {ct}");
             assert!(headers.get("x-request-id").is_some(), "{method} {path}: the request middleware saw it");
@@ -79,12 +83,33 @@ async fn every_known_path_answers_other_methods_with_405_and_allow() {
 
     // Routing comes before authentication: no key, same answer.
     let (status, headers, _) = send(&api, "DELETE", &format!("{}/operations", api.url), false).await;
-    assert_eq!((status, allow(&headers)), (405, BTreeSet::from(["GET".to_owned()])));
-    // A HEAD has the status and the header, and no body.
-    let (status, headers, body) = send(&api, "HEAD", &format!("{}/webhook-endpoints/x1", api.url), true).await;
+    assert_eq!((status, allow(&headers)), (405, BTreeSet::from(["GET".to_owned(), "HEAD".to_owned()])));
+    // HEAD where there is no GET: 405 naming HEAD, with the header and no body.
+    let (status, headers, body) = send(&api, "HEAD", &format!("{}/uploads/x1/complete", api.url), true).await;
     assert_eq!(status, 405, "{body}");
-    assert_eq!(allow(&headers), ["DELETE", "GET", "PATCH"].map(str::to_owned).into());
+    assert_eq!(allow(&headers), ["POST"].map(str::to_owned).into());
     assert!(body.is_empty(), "{body}");
+    let (_, _, body) = send(&api, "PUT", &format!("{}/uploads/x1/complete", api.url), true).await;
+    assert!(body.contains("`PUT`"), "{body}");
+}
+
+/// HEAD is served wherever GET is (RFC 9110 §9.3.2): GET's status and
+/// header fields, `Content-Length` included, and no content.
+#[tokio::test]
+async fn head_answers_like_get_without_content() {
+    let api = TestApi::start(&[]).await;
+    for (path, expected) in [("/healthz", 200), ("/operations", 200), ("/openapi.json", 200), ("/webhook-endpoints/x1", 404)] {
+        let url = format!("{}{path}", api.url);
+        let (get_status, get_headers, get_body) = send(&api, "GET", &url, true).await;
+        let (status, headers, body) = send(&api, "HEAD", &url, true).await;
+        assert_eq!((get_status, status), (expected, expected), "{path}: {get_body}");
+        assert!(body.is_empty(), "HEAD {path}: {body}");
+        assert!(!get_body.is_empty(), "GET {path}");
+        assert_eq!(headers.get("content-type"), get_headers.get("content-type"), "{path}");
+        let length = headers.get("content-length").map(|v| v.to_str().unwrap().parse::<usize>().unwrap());
+        assert_eq!(length, Some(get_body.len()), "HEAD {path}: Content-Length is GET's");
+        assert!(headers.get("x-request-id").is_some(), "{path}");
+    }
 }
 
 #[tokio::test]

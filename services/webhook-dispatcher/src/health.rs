@@ -3,6 +3,9 @@
 //! (Prometheus text format, [`vid_infra::metrics::render`]: the
 //! `webhook_*` and `amqp_messages_consumed_total` series), on
 //! `dispatcher.health_listen`. A tiny hyper 1 server; anything else is 404.
+//! `HEAD` answers like `GET` without the body; any other method on these
+//! paths is `405 Method Not Allowed` with `Allow: GET, HEAD` (RFC 9110
+//! §9.3.2, §15.5.6).
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -37,11 +40,28 @@ pub async fn serve(listener: TcpListener, db: vid_db::Pool, broker_up: BrokerUp,
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 let db = db.clone();
                 let broker_up = broker_up.clone();
-                async move { Ok::<_, Infallible>(route(req.uri().path(), &db, &broker_up).await) }
+                async move { Ok::<_, Infallible>(answer(req.method(), req.uri().path(), &db, &broker_up).await) }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
     }
+}
+
+/// The paths served, for the `405` check.
+const PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
+
+/// `GET` and `HEAD` are routed; other methods on a served path get 405.
+async fn answer(method: &hyper::Method, path: &str, db: &vid_db::Pool, broker_up: &BrokerUp) -> hyper::Response<Full<Bytes>> {
+    if *method == hyper::Method::HEAD {
+        let (parts, _) = route(path, db, broker_up).await.into_parts();
+        return hyper::Response::from_parts(parts, Full::new(Bytes::new()));
+    }
+    if *method != hyper::Method::GET && PATHS.contains(&path) {
+        let mut response = json(405, r#"{"status":"method not allowed: use GET or HEAD"}"#.to_owned());
+        response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    route(path, db, broker_up).await
 }
 
 async fn route(path: &str, db: &vid_db::Pool, broker_up: &BrokerUp) -> hyper::Response<Full<Bytes>> {

@@ -54,6 +54,32 @@ async fn success_is_signed_recorded_and_health_is_ready() {
     assert_eq!(rx.received().len(), 1, "delivered exactly once");
 }
 
+/// The health server: `HEAD` is `GET` without a body, other methods on its
+/// paths are 405 with `Allow`, unknown paths 404 (RFC 9110 §9.3.2, §15.5.6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_paths_answer_head_and_refuse_other_methods() {
+    let w = World::new(&[]).await;
+    let d = w.start(no_dns());
+    for path in ["/healthz", "/metrics"] {
+        let (get, get_headers, get_body) = http_request(d.health, "GET", path).await;
+        assert_eq!(get, 200, "GET {path}");
+        assert!(!get_body.is_empty());
+        let (head, headers, body) = http_request(d.health, "HEAD", path).await;
+        assert_eq!(head, 200, "HEAD {path}");
+        assert_eq!(body, "", "HEAD {path} has no body");
+        let content_type = |h: &[(String, String)]| h.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone());
+        assert_eq!(content_type(&headers), content_type(&get_headers), "HEAD {path} has GET's headers");
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            let (status, headers, _) = http_request(d.health, method, path).await;
+            assert_eq!(status, 405, "{method} {path}");
+            assert!(headers.contains(&("allow".to_owned(), "GET, HEAD".to_owned())), "{method} {path}: {headers:?}");
+        }
+    }
+    assert_eq!(http_request(d.health, "POST", "/nope").await.0, 404);
+    assert_eq!(http_request(d.health, "GET", "/nope").await.0, 404);
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_are_retried_with_the_same_id_and_valid_signatures() {
     let w = World::new(&[]).await;
@@ -301,7 +327,8 @@ async fn after_a_throttle_the_endpoint_resumes_at_half_concurrency() {
     assert_eq!(burst, 2, "the first burst after the throttle is half of per_endpoint_concurrency (4)");
     assert_eq!(limit().await, None, "successes bring the limit back to the configured concurrency");
     // Later bursts grow back to the configured 4.
-    let widest = after.iter().map(|t| after.iter().filter(|at| *at >= t && at.duration_since(*t) < Duration::from_millis(300)).count()).max();
+    let widest =
+        after.iter().map(|t| after.iter().filter(|at| *at >= t && at.duration_since(*t) < Duration::from_millis(300)).count()).max();
     assert!(widest.unwrap() > 2, "the concurrency climbs back: {after:?}");
     d.stop().await;
 }

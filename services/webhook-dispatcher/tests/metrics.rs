@@ -12,19 +12,9 @@ use common::*;
 
 /// `GET path` on a local address; returns the status, the `Content-Type` and the body.
 async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).await.unwrap();
-    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let content_type = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-type: ").or_else(|| l.strip_prefix("Content-Type: ")))
-        .unwrap_or_default()
-        .to_owned();
-    (status, content_type, body.to_owned())
+    let (status, headers, body) = http_request(addr, "GET", path).await;
+    let content_type = headers.into_iter().find(|(k, _)| k == "content-type").map(|(_, v)| v).unwrap_or_default();
+    (status, content_type, body)
 }
 
 /// The value of the sample `name{labels…}` whose labels include every one of

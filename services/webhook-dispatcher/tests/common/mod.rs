@@ -352,12 +352,22 @@ pub fn no_dns() -> Arc<dyn Resolve> {
 
 /// `GET path` on a local address; returns the status code.
 pub async fn http_get_status(addr: SocketAddr, path: &str) -> u16 {
+    http_request(addr, "GET", path).await.0
+}
+
+/// `method path` over a fresh connection; returns the status, the header
+/// lines (names lower-cased) and the body.
+pub async fn http_request(addr: SocketAddr, method: &str, path: &str) -> (u16, Vec<(String, String)>, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut buf = String::new();
     s.read_to_string(&mut buf).await.unwrap();
-    buf.split_whitespace().nth(1).unwrap().parse().unwrap()
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let headers =
+        head.lines().skip(1).filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned())).collect();
+    (status, headers, body.to_owned())
 }
 
 /// A running api (the real `vid_api::Application`) with a tenant and its key.
