@@ -43,7 +43,7 @@ use vid_webhooks::{Scheme, Secret};
 use crate::attempt::{Outcome, Request, Sender};
 use crate::retry;
 use crate::settings::DispatcherSettings;
-use crate::store::{self, AttemptRecord, Claimed, HealthRules, EndpointForSend};
+use crate::store::{self, AttemptRecord, Claimed, EndpointForSend, HealthRules};
 
 /// Everything an attempt needs.
 pub struct Context {
