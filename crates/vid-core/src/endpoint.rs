@@ -98,6 +98,13 @@ pub struct Endpoint {
     /// deliveries wait, whatever their `next_attempt_at` says. `null` otherwise.
     #[serde(default)]
     pub throttled_until: Option<DateTime<Utc>>,
+    /// While set, at most this many attempts to the endpoint run at once,
+    /// below the platform's configured per-endpoint concurrency: a `429` or
+    /// `503` halved it (at least 1) and each success adds one back until the
+    /// configured value is reached, when it returns to `null` (AIMD slow-down).
+    /// `null`: the configured concurrency applies.
+    #[serde(default)]
+    pub concurrency_limit: Option<i32>,
     /// RFC 3339.
     pub created_at: DateTime<Utc>,
 }
@@ -165,6 +172,7 @@ mod tests {
                 disabled_reason: None,
                 disabled_at: None,
                 throttled_until: None,
+                concurrency_limit: None,
                 created_at: Utc::now(),
             },
             secret: "whsec_abc".into(),

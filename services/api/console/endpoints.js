@@ -31,6 +31,9 @@ export function endpointStatus(ep) {
     ep.status === 'disabled' && ep.disabled_at ? h('span', { class: 'small muted' }, ' since ', time(ep.disabled_at)) : null,
     ep.status === 'enabled' && ep.throttled_until
       ? h('span', { class: 'small muted', 'data-throttled-until': ep.throttled_until }, ' throttled (429/503) until ', time(ep.throttled_until))
+      : null,
+    ep.status === 'enabled' && ep.concurrency_limit
+      ? h('span', { class: 'small muted', 'data-concurrency-limit': ep.concurrency_limit }, ` slowed to ${ep.concurrency_limit} at a time`)
       : null);
 }
 

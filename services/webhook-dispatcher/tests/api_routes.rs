@@ -64,10 +64,22 @@ async fn disabled_endpoint_keeps_its_backlog_until_enabled() {
     assert_eq!((status, body["code"].as_str()), (409, Some("endpoint_disabled")));
 
     answer.store(200, Ordering::SeqCst);
+    // The 410 left its mark; enabling starts afresh.
+    {
+        use diesel::prelude::*;
+        use vid_db::schema::webhook_endpoints as ep;
+        use vid_db::RunQueryDsl;
+        diesel::update(ep::table.filter(ep::id.eq(&endpoint)))
+            .set(ep::concurrency_limit.eq(Some(1)))
+            .execute(&mut w.conn().await)
+            .await
+            .unwrap();
+    }
     let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}:enable"), None).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "enabled");
     assert!(body["disabled_reason"].is_null());
+    assert!(body["concurrency_limit"].is_null(), "enabling a disabled endpoint restores its full concurrency: {body}");
     eventually(WAIT, "backlog delivered", || async {
         let d = w.deliveries(&endpoint).await;
         d.iter().all(|d| d.status == "succeeded").then_some(())
@@ -247,7 +259,12 @@ async fn enabling_an_enabled_endpoint_keeps_its_throttling_and_failure_clock() {
     let since = chrono::Utc::now() - chrono::Duration::hours(2);
     let mut conn = w.conn().await;
     diesel::update(ep::table.filter(ep::id.eq(&endpoint)))
-        .set((ep::throttled_until.eq(Some(until)), ep::failing_since.eq(Some(since)), ep::consecutive_failures.eq(2)))
+        .set((
+            ep::throttled_until.eq(Some(until)),
+            ep::failing_since.eq(Some(since)),
+            ep::consecutive_failures.eq(2),
+            ep::concurrency_limit.eq(Some(2)),
+        ))
         .execute(&mut conn)
         .await
         .unwrap();
@@ -259,6 +276,7 @@ async fn enabling_an_enabled_endpoint_keeps_its_throttling_and_failure_clock() {
         Some(until.timestamp()),
         "the endpoint shows its throttling: {body}"
     );
+    assert_eq!(body["concurrency_limit"], 2, "and its slowed-down concurrency: {body}");
     let (t, f, c): (Option<chrono::DateTime<chrono::Utc>>, Option<chrono::DateTime<chrono::Utc>>, i32) = ep::table
         .filter(ep::id.eq(&endpoint))
         .select((ep::throttled_until, ep::failing_since, ep::consecutive_failures))

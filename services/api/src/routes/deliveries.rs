@@ -149,6 +149,7 @@ async fn enable_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::
                     ep::consecutive_failures.eq(0),
                     ep::failing_since.eq(None::<DateTime<Utc>>),
                     ep::throttled_until.eq(None::<DateTime<Utc>>),
+                    ep::concurrency_limit.eq(None::<i32>),
                     ep::updated_at.eq(now),
                 ))
                 .execute(conn)

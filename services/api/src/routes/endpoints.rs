@@ -41,6 +41,7 @@ pub struct EndpointRow {
     pub disabled_reason: Option<String>,
     pub disabled_at: Option<DateTime<Utc>>,
     pub throttled_until: Option<DateTime<Utc>>,
+    pub concurrency_limit: Option<i32>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -58,6 +59,7 @@ impl EndpointRow {
             disabled_at: self.disabled_at,
             // A past throttle is over: show it only while it holds.
             throttled_until: self.throttled_until.filter(|t| *t > Utc::now()),
+            concurrency_limit: self.concurrency_limit,
             created_at: self.created_at,
         }
     }

@@ -19,7 +19,10 @@ pub const NO_VIDEO_STREAM: &str = "no_video_stream";
 pub const DURATION_TOO_SHORT: &str = "duration_too_short";
 /// The duration exceeds `transcoder.max_duration_seconds`.
 pub const DURATION_TOO_LONG: &str = "duration_too_long";
-/// Width or height exceeds `transcoder.max_width` / `max_height`.
+/// Width or height exceeds `transcoder.max_width` / `max_height`: in the
+/// stream header (probe), in any decoded frame (a mid-stream size change), or
+/// in a frame the decoder refused to allocate because it was over its pixel
+/// budget (`max_pixels`, see `Limits::decoder_max_pixels`).
 pub const DIMENSIONS_TOO_LARGE: &str = "dimensions_too_large";
 /// The container is one we accept but it is truncated or undecodable.
 pub const CORRUPT_MEDIA: &str = "corrupt_media";

@@ -491,9 +491,12 @@ fn open_video_decoder(ctx: codec::context::Context, tb: Rational, limits: &Limit
 /// libavcodec reports a `max_pixels` refusal with a generic error code
 /// (`AVERROR_INVALIDDATA`, `EINVAL` or `ENOMEM`, depending on the codec), but
 /// it leaves the refused size in the context (H.264, HEVC: width/height over
-/// the limits) or, where `ff_set_dimensions` refused it (VP8, VP9, MPEG-4),
-/// resets the size to 0×0 — which never happens to a decoder that was opened
-/// with a validated, non-zero size otherwise.
+/// the limits) or, where `ff_set_dimensions` refused it (VP8, VP9), resets
+/// the size to 0×0 — which a decoder opened with the validated, non-zero
+/// header size reports for no other reason. libdav1d (AV1) refuses such
+/// frames too (its frame size limit is `max_pixels`) but leaves no trace in
+/// the context: those count as ordinary decode errors (`corrupt_media` when
+/// there are many).
 fn refused_size(dec: &ffmpeg::decoder::Video, limits: &Limits) -> Option<vid_core::Problem> {
     let (w, h) = (dec.width(), dec.height());
     let (mw, mh) = (limits.max_width, limits.max_height);

@@ -40,7 +40,7 @@ impl Limits {
     /// frame is exactly at the limits: `ff_get_buffer` checks the width rounded
     /// up to its stride alignment (64), and the MPEG-1/2/4 decoders check a
     /// scratch buffer of `align128(width) + 64` by 280 rows. At the default
-    /// 4096×4096 that is 4224 × 4096 (3 % over); the exact cap is enforced on
+    /// 4096×4096 that is 4160 × 4096 (1.6 % over); the exact cap is enforced on
     /// every decoded frame in [`crate::media::transcode()`].
     pub fn decoder_max_pixels(&self) -> i64 {
         let w = u64::from(self.max_width).div_ceil(128) * 128 + 64;
@@ -101,7 +101,7 @@ mod tests {
 
     #[test]
     fn decoder_budget_covers_libavcodec_padding_and_is_clamped() {
-        assert_eq!(limits(4096, 4096).decoder_max_pixels(), 4224 * 4096);
+        assert_eq!(limits(4096, 4096).decoder_max_pixels(), 4160 * 4096);
         assert!(limits(4096, 4096).decoder_max_pixels() < 8192 * 8192);
         // Small caps: the MPEG scratch buffer (448 × 280 for 320 wide) dominates.
         assert_eq!(limits(320, 240).decoder_max_pixels(), 448 * 280);
