@@ -16,13 +16,18 @@ use crate::{OperationId, UploadId, VideoId};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateUpload {
-    /// Total size of the file in bytes; 1 to the configured maximum (default 20 GiB).
-    #[cfg_attr(feature = "openapi", schema(example = 10485760))]
+    /// Total size of the file in bytes: at least 1, at most the configured
+    /// `uploads.max_size_bytes` (default 200 MiB, the default malware-scan
+    /// limit; the k8s and compose deployments allow 2047 MiB). Larger: `422 file_too_large`.
+    #[cfg_attr(feature = "openapi", schema(example = 10485760, minimum = 1))]
     pub size_bytes: u64,
     /// Media type of the file, on the configured allow-list (e.g. `video/mp4`).
     #[cfg_attr(feature = "openapi", schema(example = "video/mp4"))]
     pub content_type: String,
-    /// The client's file name, kept for display only.
+    /// The client's file name, kept for display only: at most 255 bytes (UTF-8),
+    /// without control characters (Unicode category Cc), format characters
+    /// (Cf: bidirectional overrides such as U+202E, zero-width characters,
+    /// U+FEFF) or line/paragraph separators (Zl, Zp); else `422 invalid_filename`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(example = "clip.mp4"))]
     pub filename: Option<String>,
@@ -35,13 +40,15 @@ pub struct CreateUpload {
 pub enum UploadStatus {
     /// Parts may be PUT.
     Created,
-    /// `complete` is assembling the parts.
+    /// `complete` is assembling the parts (briefly: if storage refuses, the
+    /// upload is `created` again); `parts:sign` answers `409 upload_completing` meanwhile.
     Completing,
     /// Assembled; a transcode operation exists.
     Completed,
     /// Aborted by the client (`DELETE /uploads/{id}`).
     Aborted,
-    /// Not completed in time; aborted by the janitor.
+    /// Not completed by its `expires_at`: signing and completing are refused
+    /// from that instant on, and the janitor aborts the multipart upload.
     Expired,
 }
 
@@ -75,6 +82,7 @@ impl UploadStatus {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PartUrl {
     /// 1-based S3 part number.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub part_number: u32,
     /// Byte offset of the part in the file.
     pub offset: u64,
@@ -82,7 +90,9 @@ pub struct PartUrl {
     pub length: u64,
     /// Presigned S3 UploadPart URL (HTTP `PUT`), valid for this part only.
     pub url: String,
-    /// When `url` stops working (RFC 3339).
+    /// When `url` stops working (RFC 3339, whole seconds): the signature's own
+    /// expiry (`X-Amz-Date` + `X-Amz-Expires`), so storage accepts the URL until
+    /// exactly then. Renew with `POST /uploads/{id}/parts:sign`.
     pub expires_at: DateTime<Utc>,
 }
 
@@ -100,7 +110,11 @@ pub struct CreatedUpload {
     pub part_size: u64,
     /// One entry per part, in part-number order.
     pub parts: Vec<PartUrl>,
-    /// When the part URLs expire (RFC 3339); renew with `parts:sign`.
+    /// When the part URLs in `parts` expire (RFC 3339): the earliest of their
+    /// `expires_at`, by default 15 minutes from now. This is the part URL
+    /// expiry, not the upload's: the upload itself stays open longer (24 h by
+    /// default; `GET /uploads/{id}` shows its `expires_at`). Renew URLs with
+    /// `POST /uploads/{id}/parts:sign`.
     pub expires_at: DateTime<Utc>,
 }
 
@@ -109,6 +123,7 @@ pub struct CreatedUpload {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredPart {
     /// 1-based part number.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub part_number: u32,
     /// Size in bytes as stored.
     pub size_bytes: u64,
@@ -132,9 +147,12 @@ pub struct UploadState {
     pub part_size: u64,
     /// Number of parts.
     pub part_count: u32,
-    /// Parts storage holds (only while `created`).
+    /// Parts storage holds (S3 ListParts), while `created` or `completing`;
+    /// empty in the other states and once storage has assembled the parts.
     pub parts: Vec<StoredPart>,
-    /// Part numbers still to send (only while `created`).
+    /// Part numbers (1-based) still to send, or to send again because storage
+    /// holds them with the wrong size: while `created` or `completing`; empty otherwise.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub missing_parts: Vec<u32>,
     /// The video, once completed.
     pub video_id: Option<VideoId>,
@@ -142,7 +160,10 @@ pub struct UploadState {
     pub operation_id: Option<OperationId>,
     /// RFC 3339.
     pub created_at: DateTime<Utc>,
-    /// When an uncompleted upload is aborted by the janitor (RFC 3339).
+    /// When the upload itself expires (RFC 3339): from then on `parts:sign` and
+    /// `complete` answer `409 upload_expired`, `status` reads `expired`, and
+    /// the janitor aborts the multipart upload. By default 24 h after
+    /// creation. This is not the expiry of the part URLs (see `PartUrl.expires_at`).
     pub expires_at: DateTime<Utc>,
 }
 
@@ -152,17 +173,24 @@ pub struct UploadState {
 #[serde(deny_unknown_fields)]
 pub struct CompletedPart {
     /// 1-based part number.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub part_number: u32,
     /// The ETag storage answered to the PUT, quoted or not.
     pub etag: String,
 }
 
-/// Optional `POST /uploads/{id}/complete` body. Without it the server lists the parts itself.
+/// Optional `POST /uploads/{id}/complete` body. Without it (no body, `{}` or
+/// `null`) the server completes with the parts storage lists. A body that is
+/// present must be valid (else `400 invalid_json`, `415` for a non-JSON
+/// media type): it is never ignored.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteUpload {
-    /// Parts in any order.
+    /// Every part 1..N exactly once, in any order, each with the ETag storage
+    /// answered to its PUT; the upload completes only if storage holds exactly
+    /// those ETags (else `409 etag_mismatch`). An empty list, a missing,
+    /// repeated or out-of-range part number: `400 invalid_parts`.
     #[serde(default)]
     pub parts: Option<Vec<CompletedPart>>,
 }
@@ -172,7 +200,8 @@ pub struct CompleteUpload {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SignParts {
-    /// The 1-based part numbers to sign again.
+    /// The 1-based part numbers to sign again (1..N, at least one).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub part_numbers: Vec<u32>,
 }
 

@@ -169,6 +169,8 @@ diesel::table! {
         response_body -> Nullable<Text>,
         response_location -> Nullable<Text>,
         created_at -> Timestamptz,
+        locked_until -> Nullable<Timestamptz>,
+        lock_token -> Nullable<Text>,
     }
 }
 

@@ -131,7 +131,9 @@ impl From<diesel::result::Error> for ApiError {
 
 impl From<vid_db::PoolError> for ApiError {
     fn from(e: vid_db::PoolError) -> Self {
-        Self::Unavailable(format!("database unavailable: {e}"))
+        // The cause (host, pool state) is for the logs, not the client.
+        tracing::warn!(error = %e, "database unavailable");
+        Self::Unavailable("the database is unavailable; retry later".to_owned())
     }
 }
 

@@ -160,7 +160,8 @@ problem_response!(
     "invalid_json",
     "Bad request",
     "The request is malformed: `invalid_json` (body not JSON, unknown field, wrong type), `invalid_query`, \
-`invalid_status`, `invalid_event_type`, `invalid_cursor`, `invalid_part_numbers`, `invalid_idempotency_key`."
+`invalid_status`, `invalid_event_type`, `invalid_cursor`, `invalid_part_numbers`, `invalid_parts` (a `complete` \
+body whose `parts` does not list every part once), `invalid_idempotency_key`."
 );
 problem_response!(
     Unauthorized, 401, "unauthorized", "Unauthorized",
@@ -198,16 +199,18 @@ problem_response!(
     "Well-formed, but refused by a rule (the `code` says which), or `idempotency_key_reused`."
 );
 problem_response!(
-    TooManyRequests, 429, "too_many_requests", "Too many requests",
-    "`too_many_requests` (a tenant cap) or `too_many_watchers` (open waits and event streams); retry later.",
-    header "Retry-After": "Seconds to wait (sent with `too_many_watchers`)."
+    TooManyRequests, 429, "too_many_uploads", "Too many uploads",
+    "`too_many_uploads` (`POST /uploads`: the tenant's cap on uploads in flight, with `limit` and `in_flight` members) \
+or `too_many_watchers` (open waits and event streams); retry after `Retry-After`.",
+    header "Retry-After": "Seconds to wait before retrying (RFC 9110 §10.2.3): 30 with `too_many_uploads`, 5 with `too_many_watchers`."
 );
 problem_response!(
     Unavailable,
     503,
     "unavailable",
     "Service unavailable",
-    "`unavailable`: a dependency (database, storage, broker) is down; retry later."
+    "`unavailable`: a dependency (database, storage, broker) is down; retry later. For storage failures the \
+`detail` is generic; the cause is logged with the request's `X-Request-Id`."
 );
 
 /// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.

@@ -1,6 +1,12 @@
 //! The S3 calls the api makes (S3 API actions named on each function).
-//! Every failure here is mapped to a problem: `storage_unavailable` (503) for
-//! transport and server errors; the callers decide what a missing upload means.
+//!
+//! Every transport or server failure is `503 unavailable` with a generic
+//! `detail` ([`STORAGE_UNAVAILABLE`]): the S3 error itself (bucket, key
+//! layout, tenant and upload ids, SDK internals) is logged at WARN — inside
+//! the request's span, so with its `request_id` — and never sent to the
+//! client. Answers that mean something to the caller are returned as values:
+//! a multipart upload storage no longer knows (`NoSuchUpload`), a part list
+//! storage refuses (`InvalidPart`/`InvalidPartOrder`, see [`Completion`]).
 
 use std::time::Duration;
 
@@ -38,8 +44,35 @@ pub fn part_range(size: u64, part_size: u64, n: u32) -> (u64, u64) {
     (offset, part_size.min(size - offset))
 }
 
+/// The `detail` of every storage `503 unavailable`: nothing about the bucket,
+/// keys or the S3 error reaches the client.
+pub const STORAGE_UNAVAILABLE: &str = "storage is unavailable; retry later";
+
+/// Logs the S3 failure of `action` at WARN (with the request id of the
+/// enclosing request span) and returns the generic `503 unavailable`.
 fn unavailable(action: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::Unavailable(format!("storage {action} failed: {e}"))
+    tracing::warn!(s3_action = action, error = %e, "storage call failed; answering 503 unavailable");
+    ApiError::Unavailable(STORAGE_UNAVAILABLE.to_owned())
+}
+
+/// The start of a presigned URL's validity: now, truncated to the whole
+/// second. SigV4 writes its signing time (`X-Amz-Date`) in whole seconds and
+/// storage refuses the URL from `X-Amz-Date + X-Amz-Expires` on, so the
+/// signature is made with this time and the expiry the api announces is
+/// computed from it: exactly the instant storage starts refusing, never later.
+fn signing_start() -> (std::time::SystemTime, DateTime<Utc>) {
+    let now = Utc::now();
+    let start = DateTime::<Utc>::from_timestamp(now.timestamp(), 0).unwrap_or(now);
+    (start.into(), start)
+}
+
+/// A presigning configuration valid for `ttl` from [`signing_start`], and the
+/// instant it expires.
+fn presigning(ttl: Duration) -> Result<(PresigningConfig, DateTime<Utc>), ApiError> {
+    let (start, start_utc) = signing_start();
+    let config = PresigningConfig::builder().start_time(start).expires_in(ttl).build().map_err(|e| ApiError::Internal(e.into()))?;
+    let expires_at = start_utc + chrono::Duration::from_std(ttl).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok((config, expires_at))
 }
 
 /// Whether an S3 error says the multipart upload no longer exists.
@@ -48,6 +81,8 @@ fn is_no_such_upload<E: ProvideErrorMetadata>(e: &aws_sdk_s3::error::SdkError<E>
 }
 
 /// S3 CreateMultipartUpload; returns the storage's upload id.
+///
+/// Errors: `503 unavailable` (logged).
 pub async fn create_multipart(state: &AppState, key: &str, content_type: &str) -> Result<String, ApiError> {
     let out = state
         .s3
@@ -61,7 +96,11 @@ pub async fn create_multipart(state: &AppState, key: &str, content_type: &str) -
     out.upload_id().map(str::to_owned).ok_or_else(|| unavailable("CreateMultipartUpload", "no UploadId returned"))
 }
 
-/// Presigns S3 UploadPart for one part, binding its exact `Content-Length`.
+/// Presigns S3 UploadPart for part `part_number` (1-based) of `length` bytes
+/// at byte `offset` of the file, binding its part number and exact
+/// `Content-Length` into the signature, valid for `ttl`. The returned
+/// `expires_at` is the signature's own expiry (`X-Amz-Date + X-Amz-Expires`,
+/// see `signing_start`). Errors: `500 internal` if signing fails.
 pub async fn presign_part(
     state: &AppState,
     key: &str,
@@ -71,7 +110,7 @@ pub async fn presign_part(
     offset: u64,
     ttl: Duration,
 ) -> Result<PartUrl, ApiError> {
-    let config = PresigningConfig::expires_in(ttl).map_err(|e| ApiError::Internal(e.into()))?;
+    let (config, expires_at) = presigning(ttl)?;
     let req = state
         .presigner
         .upload_part()
@@ -83,18 +122,13 @@ pub async fn presign_part(
         .presigned(config)
         .await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("presigning UploadPart: {e}")))?;
-    Ok(PartUrl {
-        part_number,
-        offset,
-        length,
-        url: req.uri().to_owned(),
-        expires_at: Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default(),
-    })
+    Ok(PartUrl { part_number, offset, length, url: req.uri().to_owned(), expires_at })
 }
 
-/// Presigns S3 GetObject for a download link valid for `ttl`.
+/// Presigns S3 GetObject for a download link valid for `ttl`; returns the URL
+/// and the signature's own expiry (see `signing_start`).
 pub async fn presign_get(state: &AppState, key: &str, ttl: Duration) -> Result<(String, DateTime<Utc>), ApiError> {
-    let config = PresigningConfig::expires_in(ttl).map_err(|e| ApiError::Internal(e.into()))?;
+    let (config, expires_at) = presigning(ttl)?;
     let req = state
         .presigner
         .get_object()
@@ -103,10 +137,13 @@ pub async fn presign_get(state: &AppState, key: &str, ttl: Duration) -> Result<(
         .presigned(config)
         .await
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("presigning GetObject: {e}")))?;
-    Ok((req.uri().to_owned(), Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default()))
+    Ok((req.uri().to_owned(), expires_at))
 }
 
-/// S3 ListParts, following pagination. `Ok(None)` when storage no longer knows the upload.
+/// S3 ListParts, following pagination; the parts in ascending part number.
+/// `Ok(None)` when storage no longer knows the upload (`NoSuchUpload`).
+///
+/// Errors: `503 unavailable` (logged).
 pub async fn list_parts(state: &AppState, key: &str, upload_id: &str) -> Result<Option<Vec<StoredPart>>, ApiError> {
     let mut parts = Vec::new();
     let mut marker: Option<String> = None;
@@ -141,9 +178,24 @@ pub async fn list_parts(state: &AppState, key: &str, upload_id: &str) -> Result<
     Ok(Some(parts))
 }
 
-/// S3 CompleteMultipartUpload with the parts in ascending order.
-/// `Ok(false)` when storage no longer knows the upload (e.g. a retried complete).
-pub async fn complete_multipart(state: &AppState, key: &str, upload_id: &str, parts: &[StoredPart]) -> Result<bool, ApiError> {
+/// What S3 CompleteMultipartUpload answered, when it answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// The parts were assembled into the object.
+    Assembled,
+    /// `NoSuchUpload`: storage no longer knows the multipart upload (a
+    /// previous complete assembled it, or it was aborted).
+    UnknownUpload,
+    /// `InvalidPart` or `InvalidPartOrder`: the part list does not match what
+    /// storage holds, i.e. a part was re-sent (new ETag) after it was listed.
+    /// Nothing was assembled; the multipart upload is intact.
+    PartsChanged,
+}
+
+/// S3 CompleteMultipartUpload with `parts` (number and ETag) in ascending order.
+///
+/// Errors: `503 unavailable` for any other failure (logged, see the module docs).
+pub async fn complete_multipart(state: &AppState, key: &str, upload_id: &str, parts: &[StoredPart]) -> Result<Completion, ApiError> {
     let mut sorted: Vec<&StoredPart> = parts.iter().collect();
     sorted.sort_by_key(|p| p.part_number);
     let completed = CompletedMultipartUpload::builder()
@@ -159,13 +211,19 @@ pub async fn complete_multipart(state: &AppState, key: &str, upload_id: &str, pa
         .send()
         .await
     {
-        Ok(_) => Ok(true),
-        Err(e) if is_no_such_upload(&e) => Ok(false),
+        Ok(_) => Ok(Completion::Assembled),
+        Err(e) if is_no_such_upload(&e) => Ok(Completion::UnknownUpload),
+        Err(e) if matches!(e.as_service_error().and_then(|s| s.code()), Some("InvalidPart" | "InvalidPartOrder")) => {
+            tracing::info!(error = %aws_sdk_s3::error::DisplayErrorContext(&e), "storage refused the part list of CompleteMultipartUpload");
+            Ok(Completion::PartsChanged)
+        }
         Err(e) => Err(unavailable("CompleteMultipartUpload", aws_sdk_s3::error::DisplayErrorContext(e))),
     }
 }
 
 /// S3 HeadObject; the object's size in bytes, or `None` if it does not exist.
+///
+/// Errors: `503 unavailable` (logged).
 pub async fn object_size(state: &AppState, key: &str) -> Result<Option<u64>, ApiError> {
     match state.s3.head_object().bucket(&state.settings.s3.bucket).key(key).send().await {
         Ok(out) => Ok(Some(out.content_length().unwrap_or(0) as u64)),
@@ -174,7 +232,20 @@ pub async fn object_size(state: &AppState, key: &str) -> Result<Option<u64>, Api
     }
 }
 
+/// S3 DeleteObject. Deleting a key that does not exist succeeds (S3 answers `204` either way).
+///
+/// Errors: `503 unavailable` (logged).
+pub async fn delete_object(state: &AppState, key: &str) -> Result<(), ApiError> {
+    match state.s3.delete_object().bucket(&state.settings.s3.bucket).key(key).send().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().and_then(|s| s.code()) == Some("NoSuchKey") => Ok(()),
+        Err(e) => Err(unavailable("DeleteObject", aws_sdk_s3::error::DisplayErrorContext(e))),
+    }
+}
+
 /// S3 AbortMultipartUpload; an upload storage already forgot counts as aborted.
+///
+/// Errors: `503 unavailable` (logged).
 pub async fn abort_multipart(state: &AppState, key: &str, upload_id: &str) -> Result<(), ApiError> {
     match state.s3.abort_multipart_upload().bucket(&state.settings.s3.bucket).key(key).upload_id(upload_id).send().await {
         Ok(_) => Ok(()),
@@ -206,6 +277,18 @@ mod tests {
         assert!(n as u64 <= MAX_PARTS && ps % MIB == 0 && ps * n as u64 >= 1024 * GIB, "{ps} {n}");
         assert_eq!(part_range(20, 8, 3), (16, 4));
         assert_eq!(part_range(16, 8, 2), (8, 8));
+    }
+
+    #[test]
+    fn presigned_urls_expire_at_their_whole_second_signing_time_plus_ttl() {
+        let (system, start) = signing_start();
+        let after = Utc::now();
+        assert_eq!(start.timestamp_subsec_nanos(), 0);
+        assert!(start <= after && after - start < chrono::Duration::seconds(2));
+        assert_eq!(DateTime::<Utc>::from(system), start);
+        let (_, expires_at) = presigning(Duration::from_secs(900)).unwrap();
+        assert_eq!(expires_at.timestamp_subsec_nanos(), 0);
+        assert!(expires_at <= Utc::now() + chrono::Duration::seconds(900));
     }
 
     #[test]

@@ -253,7 +253,7 @@ async fn an_in_flight_cap_refuses_with_429() {
     let client = api.client();
     client.create_upload(&req(10), None).await.unwrap();
     let err = client.create_upload(&req(10), None).await.unwrap_err();
-    assert_eq!(problem_code(&err), "too_many_requests");
+    assert_eq!(problem_code(&err), "too_many_uploads");
 }
 
 #[tokio::test]
@@ -285,4 +285,514 @@ async fn idempotency_keys_replay_the_first_answer_and_refuse_another_body() {
     assert_eq!(resp.status().as_u16(), 201);
     assert_eq!(resp.headers()["idempotent-replayed"], "true");
     assert_eq!(resp.headers()["location"], format!("/uploads/{}", first.id).as_str());
+}
+
+// ---------------------------------------------------------------------------
+// Review of the upload path: caps, races with DELETE, complete bodies, parts
+// changed during complete, storage errors, expiry, config and filenames.
+// ---------------------------------------------------------------------------
+
+/// Sets every tenant's `max_uploads_in_flight`.
+async fn set_cap(api: &TestApi, cap: i32) {
+    use diesel::prelude::*;
+    use vid_db::RunQueryDsl;
+    let mut conn = api.state.db.get().await.unwrap();
+    diesel::update(vid_db::schema::tenants::table)
+        .set(vid_db::schema::tenants::max_uploads_in_flight.eq(Some(cap)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// Creates an upload of `size` bytes and PUTs every part; returns it and the bytes.
+async fn uploaded(client: &vid_client::Client, size: u64) -> (vid_core::upload::CreatedUpload, Vec<u8>) {
+    let bytes = data(size);
+    let created = client.create_upload(&req(size), None).await.unwrap();
+    for part in &created.parts {
+        let (status, _, body) = put(client, part, slice(&bytes, part)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    (created, bytes)
+}
+
+/// A raw request: (status, headers, body as JSON or Null).
+async fn raw(
+    api: &TestApi,
+    method: reqwest::Method,
+    path: &str,
+    content_type: Option<&str>,
+    body: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut rq = api.client().http().request(method, format!("{}{path}", api.url)).bearer_auth(&api.key);
+    if let Some(ct) = content_type {
+        rq = rq.header("content-type", ct);
+    }
+    rq = match body {
+        Some(b) => rq.body(b.to_owned()),
+        None => rq.header("content-length", "0"),
+    };
+    let resp = rq.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let text = resp.text().await.unwrap();
+    (status, headers, serde_json::from_str(&text).unwrap_or(serde_json::Value::Null))
+}
+
+/// Waits until `n` sessions of the test database wait for a lock.
+async fn wait_for_lock_waiters(api: &TestApi, n: i64) {
+    use vid_db::RunQueryDsl;
+    let mut conn = api.state.db.get().await.unwrap();
+    for _ in 0..1000 {
+        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        ))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        if waiting >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} session(s) never waited for a lock");
+}
+
+/// A connection holding an open transaction (`BEGIN` + `sql`), for ordering races.
+async fn hold(api: &TestApi, sql: &str) -> vid_db::PooledConn {
+    use diesel_async::SimpleAsyncConnection;
+    let mut conn = api.state.db.get().await.unwrap();
+    conn.batch_execute(&format!("BEGIN; {sql}")).await.unwrap();
+    conn
+}
+
+async fn source_exists(api: &TestApi, upload: &vid_core::UploadId) -> bool {
+    let key = vid_api::routes::uploads::source_key(&tenant_of(api).await, upload);
+    match api.state.s3.head_object().bucket(&api.state.settings.s3.bucket).key(key).send().await {
+        Ok(_) => true,
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => false,
+        Err(e) => panic!("HeadObject: {e:?}"),
+    }
+}
+
+async fn multipart_exists(api: &TestApi, upload: &vid_core::UploadId) -> bool {
+    use aws_sdk_s3::error::ProvideErrorMetadata;
+    use diesel::prelude::*;
+    use vid_db::RunQueryDsl;
+    let mut conn = api.state.db.get().await.unwrap();
+    let (key, s3_id): (String, String) = vid_db::schema::uploads::table
+        .filter(vid_db::schema::uploads::id.eq(upload))
+        .select((vid_db::schema::uploads::storage_key, vid_db::schema::uploads::s3_upload_id))
+        .first(&mut conn)
+        .await
+        .unwrap();
+    match api.state.s3.list_parts().bucket(&api.state.settings.s3.bucket).key(key).upload_id(s3_id).send().await {
+        Ok(_) => true,
+        Err(e) if e.as_service_error().and_then(|s| s.code()) == Some("NoSuchUpload") => false,
+        Err(e) => panic!("ListParts: {e:?}"),
+    }
+}
+
+/// Fix 1: the cap holds under parallel creates, and the 429 says when to retry.
+#[tokio::test]
+async fn parallel_creates_never_exceed_the_in_flight_cap() {
+    let api = TestApi::start(&[]).await;
+    set_cap(&api, 3).await;
+    let body = serde_json::to_string(&req(100)).unwrap();
+    let answers =
+        futures::future::join_all((0..16).map(|_| raw(&api, reqwest::Method::POST, "/uploads", Some("application/json"), Some(&body))))
+            .await;
+    let created = answers.iter().filter(|(s, _, _)| *s == 201).count();
+    assert_eq!(created, 3, "{:?}", answers.iter().map(|(s, _, b)| (s, b["code"].clone())).collect::<Vec<_>>());
+    for (status, headers, problem) in answers.iter().filter(|(s, _, _)| *s != 201) {
+        assert_eq!(*status, 429, "{problem}");
+        assert_eq!(problem["code"], "too_many_uploads", "{problem}");
+        assert_eq!(problem["limit"], 3, "{problem}");
+        let retry_after: u64 = headers["retry-after"].to_str().unwrap().parse().expect("Retry-After is delay-seconds");
+        assert!(retry_after >= 1, "{retry_after}");
+    }
+    // Aborting one frees a slot.
+    let id: vid_core::UploadId = serde_json::from_value(answers.iter().find(|(s, _, _)| *s == 201).unwrap().2["id"].clone()).unwrap();
+    api.client().abort_upload(&id).await.unwrap();
+    api.client().create_upload(&req(100), None).await.unwrap();
+}
+
+/// Fix 2a: complete wins (its transaction commits while DELETE waits): DELETE is 409.
+#[tokio::test]
+async fn delete_losing_to_complete_is_409_upload_completed() {
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    let (created, _) = uploaded(&client, 1000).await;
+    let tenant = tenant_of(&api).await;
+    // Holding the tenant row stops complete's transaction at its video insert
+    // (foreign key), after it claimed the upload row.
+    let mut blocker = hold(&api, &format!("SELECT 1 FROM tenants WHERE id = '{tenant}' FOR UPDATE")).await;
+    let completing = tokio::spawn({
+        let client = api.client();
+        let id = created.id.clone();
+        async move { client.complete_upload(&id, None).await }
+    });
+    wait_for_lock_waiters(&api, 1).await;
+    let deleting = tokio::spawn({
+        let client = api.client();
+        let id = created.id.clone();
+        async move { client.abort_upload(&id).await }
+    });
+    wait_for_lock_waiters(&api, 2).await;
+    {
+        use diesel_async::SimpleAsyncConnection;
+        blocker.batch_execute("COMMIT").await.unwrap();
+    }
+    let accepted = completing.await.unwrap().expect("complete wins");
+    let err = deleting.await.unwrap().expect_err("DELETE must not say 204 for an upload that completed");
+    assert_eq!(problem_code(&err), "upload_completed");
+    let detail = err.problem().unwrap().detail.clone().unwrap_or_default();
+    assert!(!detail.contains("delete the video"), "no DELETE /videos exists: {detail}");
+    let state = client.get_upload(&created.id).await.unwrap();
+    assert_eq!(state.status, UploadStatus::Completed);
+    assert_eq!(state.operation_id.as_ref(), Some(&accepted.operation.id));
+    assert!(source_exists(&api, &created.id).await);
+}
+
+/// Fixes 2b and 2c: an abort landing while complete runs wins cleanly:
+/// complete answers `upload_aborted` and no source object is left behind.
+#[tokio::test]
+async fn complete_losing_to_an_abort_is_upload_aborted_and_leaves_no_object() {
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    // Storage aborted too (2c), or not yet (2b: the DELETE's storage call is still on its way).
+    for storage_aborted_too in [true, false] {
+        let (created, _) = uploaded(&client, 1000).await;
+        let mut blocker = hold(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id)).await;
+        let completing = tokio::spawn({
+            let client = api.client();
+            let id = created.id.clone();
+            async move { client.complete_upload(&id, None).await }
+        });
+        wait_for_lock_waiters(&api, 1).await;
+        {
+            use diesel_async::SimpleAsyncConnection;
+            if storage_aborted_too {
+                let tenant = tenant_of(&api).await;
+                let key = vid_api::routes::uploads::source_key(&tenant, &created.id);
+                let s3_id: String = {
+                    use diesel::prelude::*;
+                    use vid_db::RunQueryDsl;
+                    let mut conn = api.state.db.get().await.unwrap();
+                    vid_db::schema::uploads::table
+                        .filter(vid_db::schema::uploads::id.eq(&created.id))
+                        .select(vid_db::schema::uploads::s3_upload_id)
+                        .first(&mut conn)
+                        .await
+                        .unwrap()
+                };
+                vid_api::storage::abort_multipart(&api.state, &key, &s3_id).await.unwrap();
+            }
+            blocker.batch_execute(&format!("UPDATE uploads SET status = 'aborted' WHERE id = '{}'; COMMIT", created.id)).await.unwrap();
+        }
+        let err = completing.await.unwrap().expect_err("the abort won");
+        assert_eq!(problem_code(&err), "upload_aborted", "storage aborted too: {storage_aborted_too}");
+        assert_eq!(client.get_upload(&created.id).await.unwrap().status, UploadStatus::Aborted);
+        assert!(
+            !source_exists(&api, &created.id).await,
+            "an aborted upload left its source object (storage aborted too: {storage_aborted_too})"
+        );
+        assert!(!multipart_exists(&api, &created.id).await || !storage_aborted_too);
+    }
+}
+
+/// Fix 2: complete and DELETE sent together, at many offsets: the two answers
+/// always agree with the final state, and an aborted upload leaves nothing in storage.
+#[tokio::test]
+async fn complete_and_delete_racing_always_agree() {
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    // How long one complete takes here, to spread DELETEs across it.
+    let (probe, _) = uploaded(&client, 1000).await;
+    let started = std::time::Instant::now();
+    client.complete_upload(&probe.id, None).await.unwrap();
+    let took = started.elapsed();
+    let mut outcomes = std::collections::BTreeMap::new();
+    for i in 0..24u32 {
+        let (created, _) = uploaded(&client, 1000).await;
+        let delay = took * i / 16;
+        let (completed, deleted) = tokio::join!(client.complete_upload(&created.id, None), async {
+            tokio::time::sleep(delay).await;
+            client.abort_upload(&created.id).await
+        });
+        let status = client.get_upload(&created.id).await.unwrap().status;
+        let key = (
+            completed.as_ref().map(|_| "202".to_owned()).unwrap_or_else(problem_code),
+            deleted.as_ref().map(|_| "204".to_owned()).unwrap_or_else(problem_code),
+            format!("{status:?}"),
+        );
+        match (&key.0[..], &key.1[..], status) {
+            ("202", "upload_completed", UploadStatus::Completed) => assert!(source_exists(&api, &created.id).await),
+            ("upload_aborted", "204", UploadStatus::Aborted) => {
+                assert!(!source_exists(&api, &created.id).await, "aborted upload {} left its source object", created.id)
+            }
+            _ => panic!("inconsistent outcome at delay {delay:?}: {key:?}"),
+        }
+        *outcomes.entry(key).or_insert(0) += 1;
+    }
+    eprintln!("complete took {took:?}; outcomes: {outcomes:?}");
+}
+
+/// Fix 3: a present but invalid complete body is refused; the upload is untouched.
+#[tokio::test]
+async fn a_malformed_complete_body_is_refused_and_changes_nothing() {
+    let api = TestApi::start(&[("uploads.target_part_size_bytes", "5242880")]).await;
+    let client = api.client();
+    let (created, _) = uploaded(&client, 5 * MIB + 10).await;
+    let path = format!("/uploads/{}/complete", created.id);
+    let json = Some("application/json");
+    let cases: [(Option<&str>, &str, u16, &str); 11] = [
+        (json, r#"{"parts":[{"part_number":1,"etag":"x"}],"extra":1}"#, 400, "invalid_json"),
+        (json, r#"{"parts":"all"}"#, 400, "invalid_json"),
+        (json, r#"{"parts":[{"part_number":"1","etag":"x"}]}"#, 400, "invalid_json"),
+        (json, r#"{"parts":["#, 400, "invalid_json"),
+        (json, r#"[{"part_number":1,"etag":"x"},{"part_number":2,"etag":"y"}]"#, 400, "invalid_json"),
+        (json, "not json", 400, "invalid_json"),
+        (Some("text/plain"), r#"{"parts":[{"part_number":1,"etag":"x"}]}"#, 415, "unsupported_media_type"),
+        (None, r#"{"parts":[{"part_number":1,"etag":"x"}]}"#, 415, "unsupported_media_type"),
+        (json, r#"{"parts":[]}"#, 400, "invalid_parts"),
+        (json, r#"{"parts":[{"part_number":1,"etag":"x"}]}"#, 400, "invalid_parts"),
+        (
+            json,
+            r#"{"parts":[{"part_number":1,"etag":"x"},{"part_number":1,"etag":"x"},{"part_number":2,"etag":"y"}]}"#,
+            400,
+            "invalid_parts",
+        ),
+    ];
+    for (ct, body, status, code) in cases {
+        let (got, headers, problem) = raw(&api, reqwest::Method::POST, &path, ct, Some(body)).await;
+        assert_eq!((got, problem["code"].as_str().unwrap_or("")), (status, code), "{ct:?} {body}: {problem}");
+        assert_eq!(headers["content-type"], "application/problem+json", "{body}");
+        assert_eq!(client.get_upload(&created.id).await.unwrap().status, UploadStatus::Created, "{body} changed the upload");
+    }
+    // Every part listed, with a wrong ETag: the ETag check runs.
+    let (got, _, problem) =
+        raw(&api, reqwest::Method::POST, &path, json, Some(r#"{"parts":[{"part_number":1,"etag":"x"},{"part_number":2,"etag":"y"}]}"#))
+            .await;
+    assert_eq!((got, problem["code"].as_str().unwrap()), (409, "etag_mismatch"), "{problem}");
+    // No body at all (Content-Length: 0), `{}` or `null`: storage's own list is used.
+    let (got, headers, op) = raw(&api, reqwest::Method::POST, &path, None, None).await;
+    assert_eq!(got, 202, "{op}");
+    assert_eq!(headers["location"].to_str().unwrap(), format!("/operations/{}", op["id"].as_str().unwrap()));
+    for body in ["{}", "null"] {
+        let (got, _, again) = raw(&api, reqwest::Method::POST, &path, json, Some(body)).await;
+        assert_eq!((got, &again["id"]), (202, &op["id"]), "{body}: {again}");
+    }
+}
+
+/// Fix 4: a part re-sent between complete's ListParts and its
+/// CompleteMultipartUpload is a 409 naming the part, with no internals in the
+/// answer, and the upload is `created` again so it can be checked and completed.
+#[tokio::test]
+async fn a_part_changed_during_complete_is_409_and_the_upload_recovers() {
+    let api = TestApi::start(&[("uploads.target_part_size_bytes", "5242880")]).await;
+    let client = api.client();
+    let size = 5 * MIB + 1000;
+    let (created, bytes) = uploaded(&client, size).await;
+    let mut blocker = hold(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id)).await;
+    let completing = tokio::spawn({
+        let client = api.client();
+        let id = created.id.clone();
+        async move { client.complete_upload(&id, None).await }
+    });
+    // complete has listed the parts and waits to mark the upload `completing`.
+    wait_for_lock_waiters(&api, 1).await;
+    let p2 = &created.parts[1];
+    let changed: Vec<u8> = slice(&bytes, p2).iter().map(|b| b ^ 0xff).collect();
+    assert_eq!(put(&client, p2, &changed).await.0, 200);
+    {
+        use diesel_async::SimpleAsyncConnection;
+        blocker.batch_execute("COMMIT").await.unwrap();
+    }
+    let err = completing.await.unwrap().expect_err("storage refuses the stale part list");
+    let problem = err.problem().unwrap_or_else(|| panic!("not a problem: {err}")).clone();
+    assert_eq!((problem.status, problem.code.as_str()), (409, "etag_mismatch"), "{problem:?}");
+    assert_eq!(problem.extensions["part_number"], 2, "{problem:?}");
+    let detail = problem.detail.clone().unwrap_or_default();
+    for internal in ["vid-media", "tenants/", "ten_", "InvalidPart", "Error", "ServiceError"] {
+        assert!(!detail.contains(internal), "detail leaks {internal}: {detail}");
+    }
+    // The upload is usable again: status, parts, signing and completing all work.
+    let state = client.get_upload(&created.id).await.unwrap();
+    assert_eq!(state.status, UploadStatus::Created);
+    assert_eq!(state.parts.iter().map(|p| p.part_number).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(state.missing_parts.is_empty());
+    let fresh = client.sign_parts(&created.id, &[2]).await.unwrap();
+    assert_eq!(put(&client, &fresh.parts[0], slice(&bytes, p2)).await.0, 200);
+    client.complete_upload(&created.id, None).await.unwrap();
+    assert_eq!(client.get_upload(&created.id).await.unwrap().status, UploadStatus::Completed);
+}
+
+/// Fix 4a: a storage failure is `503 unavailable` with a generic detail; the cause goes to the log.
+#[tokio::test]
+async fn storage_failures_are_503_without_internals() {
+    let api = TestApi::start(&[("s3.bucket", "vid-no-such-bucket-for-tests")]).await;
+    let (status, headers, problem) =
+        raw(&api, reqwest::Method::POST, "/uploads", Some("application/json"), Some(&serde_json::to_string(&req(100)).unwrap())).await;
+    assert_eq!((status, problem["code"].as_str().unwrap()), (503, "unavailable"), "{problem}");
+    assert!(headers.contains_key("x-request-id"));
+    let detail = problem["detail"].as_str().unwrap();
+    for internal in ["vid-no-such-bucket", "tenants/", "upl_", "NoSuchBucket", "Error", "CreateMultipartUpload", "Response"] {
+        assert!(!detail.contains(internal), "detail leaks {internal}: {detail}");
+    }
+}
+
+/// Fix 4b: an upload stuck in `completing` (its complete died midway) is
+/// expired by the janitor once past its expiry, and its multipart upload aborted.
+#[tokio::test]
+async fn the_janitor_expires_uploads_stuck_in_completing() {
+    use diesel_async::SimpleAsyncConnection;
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    let (stuck, _) = uploaded(&client, 1000).await;
+    let (busy, _) = uploaded(&client, 1000).await;
+    let mut conn = api.state.db.get().await.unwrap();
+    conn.batch_execute(&format!(
+        "UPDATE uploads SET status = 'completing', expires_at = now() - interval '1 hour', updated_at = now() - interval '1 hour' WHERE id = '{}';
+         UPDATE uploads SET status = 'completing', expires_at = now() - interval '1 second', updated_at = now() WHERE id = '{}'",
+        stuck.id, busy.id
+    ))
+    .await
+    .unwrap();
+    drop(conn);
+    let (expired, _) = vid_api::janitor::sweep(&api.state).await.unwrap();
+    assert_eq!(expired, 1);
+    assert_eq!(client.get_upload(&stuck.id).await.unwrap().status, UploadStatus::Expired);
+    assert!(!multipart_exists(&api, &stuck.id).await, "the stuck multipart upload was not aborted");
+    // One whose complete is still running (marked `completing` just now) is left alone.
+    assert_eq!(client.get_upload(&busy.id).await.unwrap().status, UploadStatus::Completing);
+    assert!(multipart_exists(&api, &busy.id).await);
+}
+
+/// Fix 5: with the default configuration the api refuses at `POST /uploads`
+/// what the transcoder's malware scan would refuse after the upload.
+#[tokio::test]
+async fn the_default_config_refuses_what_the_scanner_cannot_scan() {
+    #[derive(serde::Deserialize)]
+    struct Limits {
+        uploads: UploadLimits,
+        scanner: ScanLimits,
+    }
+    #[derive(serde::Deserialize)]
+    struct UploadLimits {
+        max_size_bytes: u64,
+    }
+    #[derive(serde::Deserialize)]
+    struct ScanLimits {
+        enabled: bool,
+        stream_max_length_bytes: u64,
+    }
+    let limits: Limits = vid_testkit::settings(&[]);
+    assert!(limits.scanner.enabled);
+    assert!(
+        limits.uploads.max_size_bytes <= limits.scanner.stream_max_length_bytes,
+        "uploads.max_size_bytes {} > scanner.stream_max_length_bytes {}",
+        limits.uploads.max_size_bytes,
+        limits.scanner.stream_max_length_bytes
+    );
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    let err = client.create_upload(&req(210 * MIB), None).await.unwrap_err();
+    assert_eq!(problem_code(&err), "file_too_large");
+    client.create_upload(&req(limits.scanner.stream_max_length_bytes), None).await.unwrap();
+}
+
+/// Fix 6: the OpenAPI document says what the api does.
+#[tokio::test]
+async fn openapi_describes_the_upload_contract() {
+    let doc = vid_api::openapi::document();
+    let schemas = &doc["components"]["schemas"];
+    for (schema, field) in
+        [("CreateUpload", "size_bytes"), ("PartUrl", "part_number"), ("StoredPart", "part_number"), ("CompletedPart", "part_number")]
+    {
+        assert_eq!(schemas[schema]["properties"][field]["minimum"], 1, "{schema}.{field}");
+    }
+    for (schema, field) in [("SignParts", "part_numbers"), ("UploadState", "missing_parts")] {
+        assert_eq!(schemas[schema]["properties"][field]["items"]["minimum"], 1, "{schema}.{field}");
+    }
+    let created = schemas["CreatedUpload"]["properties"]["expires_at"]["description"].as_str().unwrap();
+    let state = schemas["UploadState"]["properties"]["expires_at"]["description"].as_str().unwrap();
+    assert!(created.contains("part URL") && created.contains("not the upload"), "{created}");
+    assert!(state.contains("the upload itself") && state.contains("not"), "{state}");
+    let text = serde_json::to_string(&doc["paths"]).unwrap() + &serde_json::to_string(&doc["components"]["responses"]).unwrap();
+    for gone in ["storage_unavailable", "`too_many_requests`", "delete the video"] {
+        assert!(!text.contains(gone), "the document still names {gone}");
+    }
+    for code in ["too_many_uploads", "invalid_filename", "invalid_parts", "upload_completing"] {
+        assert!(text.contains(code), "the document does not name {code}");
+    }
+    let complete = &doc["paths"]["/uploads/{id}/complete"]["post"]["responses"];
+    for status in ["413", "415"] {
+        assert!(complete.get(status).is_some(), "complete does not document {status}");
+    }
+}
+
+/// Fix 6: a part URL's `expires_at` is exactly when its signature expires
+/// (X-Amz-Date + X-Amz-Expires), never later, so storage accepts it until then.
+#[tokio::test]
+async fn part_url_expiry_is_the_signature_expiry() {
+    let api = TestApi::start(&[("uploads.target_part_size_bytes", "5242880"), ("uploads.part_url_ttl_seconds", "3")]).await;
+    let client = api.client();
+    let size = 5 * MIB + 10;
+    let bytes = data(size);
+    let created = client.create_upload(&req(size), None).await.unwrap();
+    let signed_until = |part: &PartUrl| {
+        let url = reqwest::Url::parse(&part.url).unwrap();
+        let q: std::collections::HashMap<_, _> = url.query_pairs().into_owned().collect();
+        let date = chrono::NaiveDateTime::parse_from_str(&q["X-Amz-Date"], "%Y%m%dT%H%M%SZ").unwrap().and_utc();
+        date + chrono::Duration::seconds(q["X-Amz-Expires"].parse().unwrap())
+    };
+    for part in &created.parts {
+        assert_eq!(part.expires_at, signed_until(part), "part {}", part.part_number);
+    }
+    assert_eq!(created.expires_at, created.parts.iter().map(|p| p.expires_at).min().unwrap());
+    let renewed = client.sign_parts(&created.id, &[1]).await.unwrap();
+    assert_eq!(renewed.parts[0].expires_at, signed_until(&renewed.parts[0]));
+    // Storage takes the part just before the claimed expiry.
+    let p2 = &created.parts[1];
+    let until = (p2.expires_at - chrono::Utc::now() - chrono::Duration::milliseconds(300)).to_std().unwrap_or_default();
+    tokio::time::sleep(until).await;
+    let (status, _, body) = put(&client, p2, slice(&bytes, p2)).await;
+    assert_eq!(status, 200, "refused before the claimed expiry: {body}");
+}
+
+/// Fix 6: past the upload's `expires_at`, signing and completing answer
+/// `upload_expired` at once, without waiting for the janitor.
+#[tokio::test]
+async fn sign_and_complete_past_the_upload_expiry_are_upload_expired() {
+    let api = TestApi::start(&[("uploads.expire_after_seconds", "2")]).await;
+    let client = api.client();
+    let (created, _) = uploaded(&client, 1000).await;
+    let state = client.get_upload(&created.id).await.unwrap();
+    let until = (state.expires_at - chrono::Utc::now() + chrono::Duration::milliseconds(100)).to_std().unwrap_or_default();
+    tokio::time::sleep(until).await;
+    assert_eq!(problem_code(&client.sign_parts(&created.id, &[1]).await.unwrap_err()), "upload_expired");
+    assert_eq!(problem_code(&client.complete_upload(&created.id, None).await.unwrap_err()), "upload_expired");
+    assert_eq!(client.get_upload(&created.id).await.unwrap().status, UploadStatus::Expired);
+    // The janitor then aborts it in storage; DELETE stays a 204.
+    vid_api::janitor::sweep(&api.state).await.unwrap();
+    assert!(!multipart_exists(&api, &created.id).await);
+    client.abort_upload(&created.id).await.unwrap();
+}
+
+/// Fix 7: Unicode format characters (category Cf: bidi overrides, zero-width
+/// characters) and line separators are refused in filenames like control characters.
+#[tokio::test]
+async fn filenames_with_format_characters_are_refused() {
+    let api = TestApi::start(&[]).await;
+    let client = api.client();
+    for name in ["clip\u{202E}4pm.exe", "a\u{200B}b.mp4", "\u{FEFF}x.mp4", "a\u{2066}b.mp4", "a\u{2028}b.mp4", "a\u{7}b.mp4"] {
+        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()) };
+        let err = client.create_upload(&body, None).await.unwrap_err();
+        assert_eq!(problem_code(&err), "invalid_filename", "{name:?}");
+        assert_eq!(err.problem().unwrap().status, 422);
+    }
+    for name in ["clip é 日本.mp4", "🎬 take 2.mp4", "مرحبا.mp4"] {
+        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()) };
+        client.create_upload(&body, None).await.unwrap_or_else(|e| panic!("{name:?}: {e}"));
+    }
 }
