@@ -33,6 +33,9 @@ async fn main() {
         ("amqp.prefix", prefix.as_str()),
         ("api.listen", "127.0.0.1:0"),
         ("telemetry.level", "error"),
+        // The 5 GiB case needs a cap above the default (200 MiB, the
+        // scanner's limit); presigning does not depend on the scanner.
+        ("uploads.max_size_bytes", "21474836480"),
     ]);
     let app = vid_api::Application::build(settings).expect("api builds");
     let url = format!("http://127.0.0.1:{}", app.port());
