@@ -115,8 +115,10 @@ async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
 ///
 /// `{"data": [event, …], "next_cursor": "evt_…" | null}`. Each element of
 /// `data` is the stored event verbatim, byte for byte the body its webhooks
-/// carried (and what `GET /events/{id}` returns), so a receiver can verify or
-/// replay it as if it had been delivered.
+/// carried (and what `GET /events/{id}` returns), so a receiver can feed it
+/// through the same handling (deduplicated by event id) as a delivery. There
+/// is no signature here: the answer itself is authenticated by the API key
+/// over HTTPS.
 ///
 /// Filters combine (AND) and stay in force while paging: pass the same
 /// filters again with `cursor` set to the previous page's `next_cursor`.
@@ -127,6 +129,12 @@ async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<S
 /// date-time with an offset, e.g. `2026-01-02T03:04:05Z` or
 /// `2026-01-02T04:04:05.5+01:00` (percent-encode `+` as `%2B`), or whole Unix
 /// seconds, e.g. `1767323045`. An empty window is an empty page.
+///
+/// Catching up by polling: the recorded instant is when the recording
+/// transaction started, and such a transaction may commit a moment after a
+/// later-started one. A poller that checkpoints on `created_after` should
+/// re-read an overlap window (a minute is ample) and rely on event ids to
+/// drop what it has already handled.
 ///
 /// Errors (RFC 9457 problem details, `400`): `invalid_query` for a malformed
 /// time, limit, or any parameter not listed here (the detail names it);
