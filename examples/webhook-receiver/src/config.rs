@@ -21,8 +21,9 @@ pub struct Config {
     #[arg(long, env = "RECEIVER_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f", global = true)]
     pub amqp_url: String,
 
-    /// Name of the durable (quorum) queue holding verified, not yet processed events.
-    #[arg(long, env = "RECEIVER_QUEUE", default_value = "webhook-receiver.events", global = true)]
+    /// Name of the durable (quorum) queue holding verified, not yet processed
+    /// events; events that can never be stored go to `<queue>.dead`.
+    #[arg(long, env = "RECEIVER_QUEUE", default_value = "webhook-receiver.events.v2", global = true)]
     pub queue: String,
 
     /// A `whsec_…` endpoint secret. Repeat the flag (or separate with commas in
@@ -39,7 +40,9 @@ pub struct Config {
     pub secrets: Vec<Secret>,
 
     /// Largest accepted distance, in seconds, between a delivery's signed
-    /// timestamp and this machine's clock (replay protection).
+    /// timestamp and this machine's clock (replay protection). `0` does **not**
+    /// disable the check (unlike `vidctl verify --tolerance 0`): it accepts
+    /// only a timestamp equal to this clock's current second.
     #[arg(long, env = "RECEIVER_TOLERANCE_SECONDS", default_value_t = 300, global = true)]
     pub tolerance_seconds: u64,
 

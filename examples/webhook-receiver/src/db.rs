@@ -1,17 +1,21 @@
 //! The receiver's database: creation, embedded migrations, the pool, and the
 //! queries of the handler, the consumer and the state view.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::query_dsl::methods::FilterDsl;
 use diesel::upsert::excluded;
+use diesel::{ConnectionError, ConnectionResult};
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
 use diesel_async::scoped_futures::ScopedFutureExt;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl, SimpleAsyncConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use futures::FutureExt;
 use serde::Serialize;
 
 use crate::event::{Effect, Outcome};
@@ -26,19 +30,62 @@ pub const MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations");
 /// A pool of async PostgreSQL connections.
 pub type Pool = deadpool::Pool<AsyncPgConnection>;
 
+/// How long opening a connection (TCP, startup, authentication, session
+/// settings) may take: a server that accepts TCP but never answers must fail
+/// the caller, not hang it.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// `statement_timeout` of every connection the receiver opens: no query may
+/// hang a handler or the consumer on a stuck server or a held lock.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a pool checkout waits for a free connection.
+pub const POOL_WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the health check of a reused idle connection may take.
+pub const POOL_RECYCLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long applying migrations may take at start-up before it counts as a
+/// failed attempt (and is retried by [`crate::prepare_database`]).
+pub const MIGRATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Opens one connection to `url` within [`CONNECT_TIMEOUT`] and sets its
+/// `statement_timeout` to [`STATEMENT_TIMEOUT`].
+pub async fn connect(url: &str) -> ConnectionResult<AsyncPgConnection> {
+    let timed_out = || ConnectionError::BadConnection(format!("no answer from PostgreSQL within {CONNECT_TIMEOUT:?}"));
+    tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let mut conn = AsyncPgConnection::establish(url).await?;
+        conn.batch_execute(&format!("SET statement_timeout = {}", STATEMENT_TIMEOUT.as_millis()))
+            .await
+            .map_err(|e| ConnectionError::BadConnection(format!("setting statement_timeout: {e}")))?;
+        Ok(conn)
+    })
+    .await
+    .unwrap_or_else(|_| Err(timed_out()))
+}
+
 /// Builds a pool of at most `size` connections; nothing is contacted yet.
+///
+/// Every wait is bounded: a checkout waits at most [`POOL_WAIT_TIMEOUT`] for
+/// a free connection, opening one takes at most [`CONNECT_TIMEOUT`] (see
+/// [`connect`], which also sets [`STATEMENT_TIMEOUT`]), and checking an idle
+/// one at most [`POOL_RECYCLE_TIMEOUT`].
 pub fn pool(url: &str, size: usize) -> anyhow::Result<Pool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(url);
-    deadpool::Pool::builder(manager).max_size(size).build().context("building the database pool")
+    let mut config = ManagerConfig::default();
+    config.custom_setup = Box::new(|url| connect(url).boxed());
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(url, config);
+    deadpool::Pool::builder(manager)
+        .max_size(size)
+        .runtime(::deadpool::Runtime::Tokio1)
+        .wait_timeout(Some(POOL_WAIT_TIMEOUT))
+        // The custom setup bounds connecting already; this is a backstop.
+        .create_timeout(Some(CONNECT_TIMEOUT + Duration::from_secs(1)))
+        .recycle_timeout(Some(POOL_RECYCLE_TIMEOUT))
+        .build()
+        .context("building the database pool")
 }
 
 /// Creates the database named in `url` if it does not exist, connecting to
 /// the server's `postgres` database to do so. Safe to race with another process.
 pub async fn ensure_database(url: &str) -> anyhow::Result<()> {
     let (server, name) = split_database_url(url)?;
-    let mut admin = AsyncPgConnection::establish(&format!("{server}/postgres"))
-        .await
-        .context("connecting to the PostgreSQL server's `postgres` database")?;
+    let mut admin = connect(&format!("{server}/postgres")).await.context("connecting to the PostgreSQL server's `postgres` database")?;
     let exists: bool = diesel::select(
         diesel::dsl::sql::<diesel::sql_types::Bool>("EXISTS (SELECT 1 FROM pg_database WHERE datname = ")
             .bind::<diesel::sql_types::Text, _>(name)
@@ -77,15 +124,20 @@ fn split_database_url(url: &str) -> anyhow::Result<(&str, &str)> {
 }
 
 /// Runs every pending migration against `url`; returns the versions applied.
+///
+/// Fails after [`MIGRATE_TIMEOUT`] (the blocking migration thread is then
+/// abandoned; it ends when the server answers or the connection breaks).
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let url = url.to_owned();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+    let blocking = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let mut conn =
             <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
         let applied = conn.run_pending_migrations(MIGRATIONS).map_err(|e| anyhow::anyhow!("running migrations: {e}"))?;
         Ok(applied.into_iter().map(|v| v.to_string()).collect())
-    })
-    .await?
+    });
+    tokio::time::timeout(MIGRATE_TIMEOUT, blocking)
+        .await
+        .map_err(|_| anyhow::anyhow!("migrations did not finish within {MIGRATE_TIMEOUT:?}"))??
 }
 
 /// Whether the consumer has already processed `event_id` (the handler's cheap check).

@@ -1,7 +1,7 @@
 //! The HTTP side: `POST /webhooks`, `GET /events`, `GET /healthz`.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -27,9 +27,19 @@ pub struct AppState {
     pub stats: Arc<ConsumerStats>,
 }
 
+/// The most time `POST /webhooks` spends on its optional "already seen?"
+/// check; past it the event is enqueued anyway (the consumer dedupes).
+pub const SEEN_CHECK_BUDGET: Duration = Duration::from_millis(1500);
+
 /// Registers the routes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/webhooks", web::post().to(receive)).route("/events", web::get().to(events)).route("/healthz", web::get().to(healthz));
+    cfg.service(
+        web::resource("/webhooks")
+            .route(web::post().to(receive))
+            .default_service(web::to(|| async { HttpResponse::MethodNotAllowed().insert_header(("Allow", "POST")).finish() })),
+    )
+    .route("/events", web::get().to(events))
+    .route("/healthz", web::get().to(healthz));
 }
 
 /// actix-web's `HeaderMap` (from `http` 0.2) seen through `vid_webhooks::Headers`.
@@ -61,10 +71,15 @@ async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<AppState>)
 
     // A cheap check that saves a trip through the queue; the consumer is what
     // makes duplicates harmless, so a database hiccup here is not fatal.
-    match db::is_seen(&state.pool, &event.id).await {
-        Ok(true) => return HttpResponse::Ok().json(json!({ "status": "already_processed", "id": event.id })),
-        Ok(false) => {}
-        Err(error) => tracing::warn!(error = format!("{error:#}"), "seen check failed; enqueueing anyway"),
+    // Bounded by SEEN_CHECK_BUDGET so a hung database cannot hold the
+    // answer past the sender's timeout.
+    match tokio::time::timeout(SEEN_CHECK_BUDGET, db::is_seen(&state.pool, &event.id)).await {
+        Ok(Ok(true)) => return HttpResponse::Ok().json(json!({ "status": "already_processed", "id": event.id })),
+        Ok(Ok(false)) => {}
+        Ok(Err(error)) => tracing::warn!(error = format!("{error:#}"), event_id = event.id, "seen check failed; enqueueing anyway"),
+        Err(_) => {
+            tracing::warn!(budget_ms = SEEN_CHECK_BUDGET.as_millis() as u64, event_id = event.id, "seen check too slow; enqueueing anyway")
+        }
     }
 
     match state.publisher.enqueue(&event.id, &body).await {

@@ -43,7 +43,7 @@ pub use config::Config;
 pub use consumer::{consume, run_consumer, ConsumerExit, ConsumerOptions, ConsumerStats, StatsSnapshot};
 pub use db::Pool;
 pub use event::Outcome;
-pub use http::AppState;
+pub use http::{AppState, SEEN_CHECK_BUDGET};
 
 /// The running HTTP server, bound and ready; [`App::run`] serves it.
 pub struct App {
@@ -63,6 +63,8 @@ impl App {
     /// No secret configured, the database is unreachable, or the address is taken.
     pub async fn build(config: Config) -> anyhow::Result<App> {
         anyhow::ensure!(!config.secrets.is_empty(), "at least one --secret (or RECEIVER_SECRETS) is required");
+        // Bind first: a taken address fails at once, not after the database is ready.
+        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         prepare_database(&config.database_url).await?;
         let pool = db::pool(&config.database_url, config.db_pool_size)?;
         let state = web::Data::new(AppState {
@@ -73,7 +75,6 @@ impl App {
             stats: Arc::new(ConsumerStats::default()),
         });
 
-        let listener = TcpListener::bind(config.listen).with_context(|| format!("binding {}", config.listen))?;
         let port = listener.local_addr()?.port();
         let app_state = state.clone();
         let server =
@@ -117,7 +118,9 @@ impl App {
 /// Creates the database named in `url` if missing and applies the migrations.
 /// Any failure (typically an unreachable database) is retried with backoff for
 /// [`PREPARE_PATIENCE`], the cause logged each time; then the last error is
-/// returned.
+/// returned. Each attempt is itself bounded ([`db::CONNECT_TIMEOUT`],
+/// [`db::MIGRATE_TIMEOUT`]), so a server that accepts connections but never
+/// answers is reported and retried, not waited on forever.
 pub async fn prepare_database(url: &str) -> anyhow::Result<()> {
     // The database may be starting or restarting alongside us (compose, a pod
     // rollout, a failover): retry for up to PREPARE_PATIENCE before giving up.

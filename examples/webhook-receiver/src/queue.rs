@@ -8,11 +8,32 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use tokio::sync::Mutex;
 
-/// Declares `queue` as a durable quorum queue (idempotent). Messages survive a
-/// broker restart and are replicated when the broker is a cluster.
+/// The dead-letter queue of `queue`: `<queue>.dead`.
+pub fn dead_letter_queue(queue: &str) -> String {
+    format!("{queue}.dead")
+}
+
+/// Declares `queue` as a durable quorum queue (idempotent) whose rejected
+/// messages are dead-lettered to [`dead_letter_queue`] (`<queue>.dead`, also
+/// declared: durable, quorum). Messages survive a broker restart and are
+/// replicated when the broker is a cluster.
+///
+/// # Errors
+///
+/// Besides broker errors: `PRECONDITION_FAILED` when `queue` already exists
+/// with other arguments (a queue declared by a receiver from before
+/// dead-lettering); see the README's "Upgrading" note.
 pub async fn declare_queue(channel: &Channel, queue: &str) -> Result<(), lapin::Error> {
+    let dead = dead_letter_queue(queue);
+    let mut dead_args = FieldTable::default();
+    dead_args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    channel.queue_declare(&dead, QueueDeclareOptions { durable: true, ..Default::default() }, dead_args).await?;
+
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    // Default exchange, routed by queue name: a rejected message goes to `<queue>.dead`.
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dead.as_str().into()));
     channel.queue_declare(queue, QueueDeclareOptions { durable: true, ..Default::default() }, args).await?;
     Ok(())
 }

@@ -53,6 +53,15 @@ impl Receiver {
 
     /// `extra_secrets` are accepted too, after the main one.
     async fn start_with(amqp_url: String, extra_secrets: Vec<Secret>) -> Self {
+        Self::start_full(amqp_url, extra_secrets, None).await
+    }
+
+    /// With the database reached at `postgres_server` (e.g. a [`DbProxy`]).
+    async fn start_via(postgres_server: String) -> Self {
+        Self::start_full(amqp_url(), vec![], Some(postgres_server)).await
+    }
+
+    async fn start_full(amqp_url: String, extra_secrets: Vec<Secret>, via: Option<String>) -> Self {
         let id = unique();
         let db_name = format!("receivertest_{id}");
         let secret = Secret::generate();
@@ -60,7 +69,7 @@ impl Receiver {
         secrets.extend(extra_secrets);
         let config = Config {
             listen: "127.0.0.1:0".parse().unwrap(),
-            database_url: format!("{}/{db_name}", postgres_server()),
+            database_url: format!("{}/{db_name}", via.unwrap_or_else(postgres_server)),
             amqp_url,
             queue: format!("receivertest.{id}"),
             secrets,
@@ -122,8 +131,9 @@ impl Receiver {
         (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
+    /// A direct connection (never through a proxy).
     async fn conn(&self) -> AsyncPgConnection {
-        AsyncPgConnection::establish(&self.config.database_url).await.unwrap()
+        AsyncPgConnection::establish(&format!("{}/{}", postgres_server(), self.db_name)).await.unwrap()
     }
 
     async fn seen_count(&self) -> i64 {
@@ -154,9 +164,25 @@ impl Receiver {
         q.message_count()
     }
 
+    /// Messages in the dead-letter queue `<queue>.dead`.
+    async fn dead_lettered(&self) -> u32 {
+        let (conn, channel) = amqp().await;
+        let q = channel
+            .queue_declare(
+                &format!("{}.dead", self.config.queue),
+                QueueDeclareOptions { passive: true, ..Default::default() },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        conn.close(0, "done").await.ok();
+        q.message_count()
+    }
+
     async fn delete_queue(&self) {
         let (conn, channel) = amqp().await;
         channel.queue_delete(&self.config.queue, QueueDeleteOptions::default()).await.ok();
+        channel.queue_delete(&format!("{}.dead", self.config.queue), QueueDeleteOptions::default()).await.ok();
         conn.close(0, "done").await.ok();
     }
 
@@ -403,5 +429,174 @@ async fn a_standard_webhooks_delivery_signed_with_a_rotated_secret_verifies() {
     eventually("applied", || async { stats.snapshot().applied == 1 }).await;
     assert_eq!(r.video("vid_3").await, Some(("cancelled".into(), 5)));
     assert_eq!(r.effects_for(&event_id).await, 1);
+    r.cleanup().await;
+}
+
+/// What a [`DbProxy`] does with connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProxyMode {
+    /// Forward to the real PostgreSQL.
+    Forward,
+    /// Stop forwarding: connections stay open and silent, new ones are
+    /// accepted and never answered (a hung server).
+    Hang,
+    /// Close every connection, and each new one at once (a server that is down).
+    Refuse,
+}
+
+/// A TCP proxy in front of the local PostgreSQL whose behaviour a test switches.
+struct DbProxy {
+    port: u16,
+    mode: tokio::sync::watch::Sender<ProxyMode>,
+}
+
+impl DbProxy {
+    async fn start() -> Self {
+        let target = postgres_server().rsplit_once('@').map_or("127.0.0.1:5432".to_owned(), |(_, hostport)| hostport.to_owned());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (mode, watch) = tokio::sync::watch::channel(ProxyMode::Forward);
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else { return };
+                let mut watch = watch.clone();
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let start_mode = *watch.borrow_and_update();
+                    match start_mode {
+                        ProxyMode::Refuse => return,
+                        ProxyMode::Hang => {
+                            let _ = watch.wait_for(|m| *m == ProxyMode::Refuse).await;
+                            return;
+                        }
+                        ProxyMode::Forward => {}
+                    }
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => return,
+                        _ = watch.wait_for(|m| *m != ProxyMode::Forward) => {}
+                    }
+                    // Hang: hold both sockets silently until told to refuse.
+                    let _ = watch.wait_for(|m| *m == ProxyMode::Refuse).await;
+                });
+            }
+        });
+        DbProxy { port, mode }
+    }
+
+    fn set(&self, mode: ProxyMode) {
+        self.mode.send_replace(mode);
+    }
+
+    /// `postgres://user@127.0.0.1:<proxy port>`.
+    fn server(&self) -> String {
+        let server = postgres_server();
+        let (scheme_user, _) = server.rsplit_once('@').unwrap();
+        format!("{scheme_user}@127.0.0.1:{}", self.port)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_database_does_not_hold_post_webhooks() {
+    let proxy = DbProxy::start().await;
+    let r = Receiver::start_via(proxy.server()).await;
+    // Warm the pool: an idle connection exists when the database hangs.
+    let first = format!("evt_{}", unique());
+    assert_eq!(r.deliver(&video_event(&first, "video.ready", "vid_1", 1)).await.0, 200);
+
+    proxy.set(ProxyMode::Hang);
+    for round in 0..3 {
+        let event_id = format!("evt_{}", unique());
+        let started = std::time::Instant::now();
+        let (status, reply) = tokio::time::timeout(Duration::from_secs(12), r.deliver(&video_event(&event_id, "video.ready", "vid_1", 2)))
+            .await
+            .expect("POST /webhooks answers within the sender's timeout");
+        let took = started.elapsed();
+        assert_eq!((status, reply["status"].as_str()), (200, Some("queued")), "round {round}: {reply}");
+        assert!(took < vid_webhook_receiver::SEEN_CHECK_BUDGET + Duration::from_secs(2), "round {round} took {took:?}");
+    }
+    assert_eq!(r.queued().await, 4);
+
+    // Other routes: GET /webhooks is 405 with `Allow: POST`.
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", r.port)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::builder().uri("/webhooks").header("host", "x").body(Full::new(Bytes::new())).unwrap();
+    let res = sender.send_request(req).await.unwrap();
+    assert_eq!(res.status().as_u16(), 405);
+    assert_eq!(res.headers().get("allow").map(|v| v.to_str().unwrap()), Some("POST"));
+
+    proxy.set(ProxyMode::Refuse);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_to_a_silent_database_fails_within_the_connect_timeout() {
+    // Accepts TCP connections and never answers.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut sockets = vec![];
+        while let Ok((socket, _)) = silent.accept().await {
+            sockets.push(socket);
+        }
+    });
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(15),
+        vid_webhook_receiver::db::ensure_database(&format!("postgres://postgres@127.0.0.1:{port}/receiver")),
+    )
+    .await
+    .expect("ensure_database gives up by itself");
+    assert!(result.is_err());
+    assert!(started.elapsed() < vid_webhook_receiver::db::CONNECT_TIMEOUT + Duration::from_secs(2), "{:?}", started.elapsed());
+    held.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unstorable_event_is_dead_lettered_and_does_not_stall_the_others() {
+    let mut r = Receiver::start().await;
+    let poison = format!("evt_{}\u{0}x", unique());
+    let good = format!("evt_{}", unique());
+    // Signed without a `webhook-id` header (a header cannot carry NUL).
+    let body = video_event(&poison, "video.ready", "vid_p", 1);
+    let headers = [("webhook-signature", sign_webhook_signature([&r.secret], now(), &body))];
+    let (status, reply) = r.request("POST", "/webhooks", &headers, &body).await;
+    assert_eq!((status, reply["status"].as_str()), (200, Some("queued")), "{reply}");
+    assert_eq!(r.deliver(&video_event(&good, "video.ready", "vid_g", 1)).await.0, 200);
+
+    let stats = r.start_consumer();
+    eventually("good event applied", || async { r.outcome(&good).await.as_deref() == Some("applied") }).await;
+    eventually("poison dead-lettered", || async { r.dead_lettered().await == 1 }).await;
+    let s = stats.snapshot();
+    assert_eq!((s.received, s.dead_lettered, s.applied, s.redelivered), (2, 1, 1, 0), "{s:?}");
+    assert_eq!(r.queued().await, 0);
+    assert_eq!(r.seen_count().await, 1);
+    r.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_is_waited_out_without_spending_deliveries() {
+    let proxy = DbProxy::start().await;
+    let mut r = Receiver::start_via(proxy.server()).await;
+    let stats = r.start_consumer();
+
+    proxy.set(ProxyMode::Refuse);
+    let event_id = format!("evt_{}", unique());
+    let (status, reply) = r.deliver(&video_event(&event_id, "video.ready", "vid_o", 1)).await;
+    assert_eq!((status, reply["status"].as_str()), (200, Some("queued")), "{reply}");
+
+    // The consumer holds the message and retries in-process.
+    eventually("several retries", || async { stats.snapshot().retried >= 3 }).await;
+    let s = stats.snapshot();
+    assert_eq!((s.received, s.redelivered), (1, 0), "never handed back to the broker: {s:?}");
+
+    proxy.set(ProxyMode::Forward);
+    eventually("applied after the outage", || async { r.outcome(&event_id).await.as_deref() == Some("applied") }).await;
+    let s = stats.snapshot();
+    assert_eq!((s.received, s.redelivered, s.applied, s.dead_lettered), (1, 0, 1, 0), "{s:?}");
+    eventually("acknowledged", || async { r.queued().await == 0 }).await;
+    assert_eq!(r.dead_lettered().await, 0);
+    assert_eq!(r.video("vid_o").await, Some(("ready".into(), 1)));
     r.cleanup().await;
 }
