@@ -17,7 +17,7 @@ infra: ## install/start PostgreSQL, RabbitMQ, Garage and the FFmpeg build deps (
 build: infra ## build every binary (debug)
 	$(CARGO) build --workspace --bins
 
-up: build ## the local stack plus the three services in the background (idempotent)
+up: build ## the local stack plus the three services in the background (idempotent; restarts a service whose binary was rebuilt)
 	scripts/up.sh
 
 down: ## stop exactly what `make up` (and `make demo`) started
@@ -25,11 +25,14 @@ down: ## stop exactly what `make up` (and `make demo`) started
 	scripts/services.sh stop || true
 	scripts/stack.sh infra-down
 
-status: ## what is running
-	scripts/stack.sh status; scripts/services.sh status
+status: ## what is running (infrastructure, the three services, the demo's webhook receiver)
+	@rc=0; scripts/stack.sh status || rc=1; scripts/services.sh status || rc=1; scripts/demo.sh status-receiver; exit $$rc
 
-demo: up ## upload a real video, wait for the transcode and the signed webhook (VIDEO=path to use your own)
-	scripts/demo.sh $(VIDEO)
+# demo checks VIDEO and port 9000 first, so a typo fails in a second, not after the build.
+demo: ## upload a real video, wait for the transcode and the signed webhook (VIDEO=path to use your own)
+	@scripts/demo.sh check "$(VIDEO)"
+	@$(MAKE) --no-print-directory up
+	scripts/demo.sh "$(VIDEO)"
 
 test: build ## every test (unit, integration, end-to-end) against the real stack
 	scripts/test.sh

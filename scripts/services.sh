@@ -64,11 +64,45 @@ set_profile() {
     esac
 }
 
-start_one() {   # start_one NAME BIN_DIR
-    local name="$1" bin="$2/$1" log="$LOGS/$1.log" pid
-    if pid="$(running "$name")"; then
-        say "$name" "already running (pid $pid)"
+# started_epoch PID: when the process started, in seconds since the epoch.
+started_epoch() {
+    local stat btime ticks
+    stat="$(<"/proc/$1/stat")" || return 1
+    stat="${stat##*) }"                       # drop "pid (comm) "; field 22 is now field 20
+    ticks="$(awk '{print $20}' <<<"$stat")"
+    btime="$(awk '/^btime/ {print $2}' /proc/stat)"
+    echo $((btime + ticks / $(getconf CLK_TCK)))
+}
+
+# outdated NAME PID BIN: true (and prints why) when BIN was rebuilt after PID
+# started, or PID runs a binary that has since been deleted or replaced.
+outdated() {
+    local name="$1" pid="$2" bin="$3" started mtime exe
+    exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+    if [[ "$exe" == *" (deleted)" ]]; then
+        echo "its binary ${exe% (deleted)} was replaced since it started"
         return 0
+    fi
+    [ -x "$bin" ] || return 1
+    started="$(started_epoch "$pid")" || return 1
+    mtime="$(stat -c %Y "$bin")" || return 1
+    if (( mtime > started )); then
+        echo "$bin ($(date -d "@$mtime" +%T)) is newer than the process (started $(date -d "@$started" +%T))"
+        return 0
+    fi
+    return 1
+}
+
+start_one() {   # start_one NAME BIN_DIR
+    local name="$1" bin="$2/$1" log="$LOGS/$1.log" pid why
+    if pid="$(running "$name")"; then
+        if why="$(outdated "$name" "$pid" "$bin")"; then
+            say "$name" "running (pid $pid) but $why: restarting it"
+            stop_many "$name"
+        else
+            say "$name" "already running (pid $pid, binary unchanged since it started)"
+            return 0
+        fi
     fi
     local note; note="$(clean_stale "$name")"
     [ -z "$note" ] || say "$name" "not running${note}"
