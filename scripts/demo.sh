@@ -109,29 +109,18 @@ VIDCTL_API_KEY="$(cat $LOCAL/api-key)"
 export VIDCTL_API_KEY
 json_field() { sed -n "s/^ *\"$1\": *\"\([^\"]*\)\".*/\1/p" | head -1; }
 
-# ready_effects VIDEO_ID: reads GET /events on stdin, prints (one JSON object a
-# line) the applied video.ready effects for that video; nothing if none.
-ready_effects() {
-    if command -v jq >/dev/null; then
-        jq -c --arg v "$1" '.effects[]? | select(.video_id == $v and .event_type == "video.ready")'
-    else
-        python3 -c '
-import json, sys
-for e in json.load(sys.stdin).get("effects", []):
-    if e.get("video_id") == sys.argv[1] and e.get("event_type") == "video.ready":
-        print(json.dumps(e))' "$1"
-    fi
-}
-# effects_for VIDEO_ID: every applied effect for that video (GET /events on stdin).
+# effects_for VIDEO_ID [EVENT_TYPE]: reads the receiver's GET /events on stdin
+# and prints (one JSON object a line) the effects applied for that video, only
+# those of EVENT_TYPE when given; nothing if none.
 effects_for() {
     if command -v jq >/dev/null; then
-        jq -c --arg v "$1" '.effects[]? | select(.video_id == $v)'
+        jq -c --arg v "$1" --arg t "${2:-}" '.effects[]? | select(.video_id == $v and ($t == "" or .event_type == $t))'
     else
         python3 -c '
 import json, sys
 for e in json.load(sys.stdin).get("effects", []):
-    if e.get("video_id") == sys.argv[1]:
-        print(json.dumps(e))' "$1"
+    if e.get("video_id") == sys.argv[1] and sys.argv[2] in ("", e.get("event_type")):
+        print(json.dumps(e))' "$1" "${2:-}"
     fi
 }
 
@@ -202,7 +191,7 @@ state=
 while :; do
     receiver_pid >/dev/null || { log_tail; die "the webhook receiver (pid $rpid) died while waiting for the video.ready webhook for $video_id"; }
     if state=$(curl -fsS --max-time 5 "http://127.0.0.1:$RECEIVER_PORT/events" 2>/dev/null); then
-        ready=$(ready_effects "$video_id" <<<"$state" || true)
+        ready=$(effects_for "$video_id" video.ready <<<"$state" || true)
         [ -n "$ready" ] && break
     fi
     if (( SECONDS >= deadline )); then

@@ -126,14 +126,7 @@ async fn a_409_is_not_replayed_after_the_state_changed() {
 #[tokio::test]
 async fn a_429_or_422_is_not_replayed() {
     let api = TestApi::start(&[]).await;
-    {
-        let mut conn = api.state.db.get().await.unwrap();
-        diesel::update(vid_db::schema::tenants::table)
-            .set(vid_db::schema::tenants::max_uploads_in_flight.eq(Some(1)))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    }
+    api.set_upload_cap(1).await;
     let client = api.client();
 
     let (status, _, body) = post_with_key(&api, "/uploads", "v-1", Some(&serde_json::to_value(req(0)).unwrap())).await;
@@ -152,20 +145,10 @@ async fn a_429_or_422_is_not_replayed() {
     assert_eq!(replay.id, second.id, "the 201 is stored and replayed");
 }
 
-async fn tenant_of(api: &TestApi) -> vid_core::TenantId {
-    let mut conn = api.state.db.get().await.unwrap();
-    vid_db::schema::api_keys::table
-        .filter(vid_db::schema::api_keys::key_hash.eq(vid_api::auth::hash_key(&api.key)))
-        .select(vid_db::schema::api_keys::tenant_id)
-        .first(&mut conn)
-        .await
-        .unwrap()
-}
-
 /// Writes an in-progress row for `key` (as a run that is still running, or
 /// whose process died) with the given lease end.
 async fn in_progress_row(api: &TestApi, key: &str, body: &CreateUpload, locked_until: chrono::DateTime<chrono::Utc>) {
-    let tenant = tenant_of(api).await;
+    let tenant = api.tenant_id().await;
     let mut conn = api.state.db.get().await.unwrap();
     diesel::insert_into(ik::table)
         .values((
@@ -211,7 +194,7 @@ async fn the_janitor_purges_expired_keys_and_keeps_fresh_ones() {
     let api = TestApi::start(&[]).await;
     let client = api.client();
     let fresh = client.create_upload(&req(100), Some("fresh")).await.unwrap();
-    let tenant = tenant_of(&api).await;
+    let tenant = api.tenant_id().await;
     let old = chrono::Utc::now() - chrono::Duration::hours(vid_api::idempotency::KEY_TTL_HOURS) - chrono::Duration::minutes(1);
     let almost = chrono::Utc::now() - chrono::Duration::hours(vid_api::idempotency::KEY_TTL_HOURS) + chrono::Duration::minutes(5);
     {

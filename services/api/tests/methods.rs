@@ -150,7 +150,7 @@ fn each_path_is_registered_once_as_a_resource() {
     let resource = regex::Regex::new(r#"web::resource\(\s*"([^"]+)"\s*\)"#).unwrap();
     let mut seen = BTreeMap::new();
     let mut files = Vec::new();
-    collect_rs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    common::collect_rs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let text = text.split("#[cfg(test)]").next().unwrap();
@@ -162,15 +162,4 @@ fn each_path_is_registered_once_as_a_resource() {
         }
     }
     assert!(seen.len() >= 20, "{seen:?}");
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect_rs(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }

@@ -27,7 +27,7 @@ fn registered_routes() -> BTreeSet<(String, String)> {
     let route = regex::Regex::new(r#"\.route\(\s*"([^"]+)"\s*,\s*web::(get|post|put|patch|delete|head)\(\)"#).unwrap();
     let param = regex::Regex::new(r"\{([A-Za-z_][A-Za-z0-9_]*):[^}]*\}").unwrap();
     let mut files = Vec::new();
-    collect_rs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+    common::collect_rs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
     let mut out = BTreeSet::new();
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -47,17 +47,6 @@ fn registered_routes() -> BTreeSet<(String, String)> {
         }
     }
     out
-}
-
-fn collect_rs(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect_rs(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 fn documented_routes(doc: &Value) -> BTreeSet<(String, String)> {

@@ -64,25 +64,13 @@ async fn parts_sent_out_of_order_assemble_and_complete_twice_returns_the_same_op
         .s3
         .get_object()
         .bucket(&api.state.settings.s3.bucket)
-        .key(vid_api::routes::uploads::source_key(&tenant_of(&api).await, &created.id))
+        .key(vid_api::routes::uploads::source_key(&api.tenant_id().await, &created.id))
         .send()
         .await
         .unwrap();
     let stored = obj.body.collect().await.unwrap().into_bytes();
     assert_eq!(stored.len() as u64, size);
     assert!(stored.as_ref() == bytes.as_slice());
-}
-
-async fn tenant_of(api: &TestApi) -> vid_core::TenantId {
-    use diesel::prelude::*;
-    use vid_db::RunQueryDsl;
-    let mut conn = api.state.db.get().await.unwrap();
-    vid_db::schema::api_keys::table
-        .filter(vid_db::schema::api_keys::key_hash.eq(vid_api::auth::hash_key(&api.key)))
-        .select(vid_db::schema::api_keys::tenant_id)
-        .first(&mut conn)
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -240,16 +228,7 @@ async fn another_tenants_upload_is_not_found() {
 #[tokio::test]
 async fn an_in_flight_cap_refuses_with_429() {
     let api = TestApi::start(&[]).await;
-    {
-        use diesel::prelude::*;
-        use vid_db::RunQueryDsl;
-        let mut conn = api.state.db.get().await.unwrap();
-        diesel::update(vid_db::schema::tenants::table)
-            .set(vid_db::schema::tenants::max_uploads_in_flight.eq(Some(1)))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    }
+    api.set_upload_cap(1).await;
     let client = api.client();
     client.create_upload(&req(10), None).await.unwrap();
     let err = client.create_upload(&req(10), None).await.unwrap_err();
@@ -291,18 +270,6 @@ async fn idempotency_keys_replay_the_first_answer_and_refuse_another_body() {
 // Review of the upload path: caps, races with DELETE, complete bodies, parts
 // changed during complete, storage errors, expiry, config and filenames.
 // ---------------------------------------------------------------------------
-
-/// Sets every tenant's `max_uploads_in_flight`.
-async fn set_cap(api: &TestApi, cap: i32) {
-    use diesel::prelude::*;
-    use vid_db::RunQueryDsl;
-    let mut conn = api.state.db.get().await.unwrap();
-    diesel::update(vid_db::schema::tenants::table)
-        .set(vid_db::schema::tenants::max_uploads_in_flight.eq(Some(cap)))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-}
 
 /// Creates an upload of `size` bytes and PUTs every part; returns it and the bytes.
 async fn uploaded(client: &vid_client::Client, size: u64) -> (vid_core::upload::CreatedUpload, Vec<u8>) {
@@ -365,8 +332,26 @@ async fn hold(api: &TestApi, sql: &str) -> vid_db::PooledConn {
     conn
 }
 
+/// Holds `sql`'s locks in an open transaction, starts `POST /uploads/{id}/complete`
+/// and returns once it waits on them: the blocker (commit or roll back to let
+/// it go on) and the pending complete.
+async fn complete_behind(
+    api: &TestApi,
+    sql: &str,
+    id: &vid_core::UploadId,
+) -> (vid_db::PooledConn, tokio::task::JoinHandle<Result<vid_client::Accepted, vid_client::ClientError>>) {
+    let blocker = hold(api, sql).await;
+    let completing = tokio::spawn({
+        let client = api.client();
+        let id = id.clone();
+        async move { client.complete_upload(&id, None).await }
+    });
+    wait_for_lock_waiters(api, 1).await;
+    (blocker, completing)
+}
+
 async fn source_exists(api: &TestApi, upload: &vid_core::UploadId) -> bool {
-    let key = vid_api::routes::uploads::source_key(&tenant_of(api).await, upload);
+    let key = vid_api::routes::uploads::source_key(&api.tenant_id().await, upload);
     match api.state.s3.head_object().bucket(&api.state.settings.s3.bucket).key(key).send().await {
         Ok(_) => true,
         Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => false,
@@ -396,7 +381,7 @@ async fn multipart_exists(api: &TestApi, upload: &vid_core::UploadId) -> bool {
 #[tokio::test]
 async fn parallel_creates_never_exceed_the_in_flight_cap() {
     let api = TestApi::start(&[]).await;
-    set_cap(&api, 3).await;
+    api.set_upload_cap(3).await;
     let body = serde_json::to_string(&req(100)).unwrap();
     let answers =
         futures::future::join_all((0..16).map(|_| raw(&api, reqwest::Method::POST, "/uploads", Some("application/json"), Some(&body))))
@@ -422,16 +407,11 @@ async fn delete_losing_to_complete_is_409_upload_completed() {
     let api = TestApi::start(&[]).await;
     let client = api.client();
     let (created, _) = uploaded(&client, 1000).await;
-    let tenant = tenant_of(&api).await;
+    let tenant = api.tenant_id().await;
     // Holding the tenant row stops complete's transaction at its video insert
     // (foreign key), after it claimed the upload row.
-    let mut blocker = hold(&api, &format!("SELECT 1 FROM tenants WHERE id = '{tenant}' FOR UPDATE")).await;
-    let completing = tokio::spawn({
-        let client = api.client();
-        let id = created.id.clone();
-        async move { client.complete_upload(&id, None).await }
-    });
-    wait_for_lock_waiters(&api, 1).await;
+    let (mut blocker, completing) =
+        complete_behind(&api, &format!("SELECT 1 FROM tenants WHERE id = '{tenant}' FOR UPDATE"), &created.id).await;
     let deleting = tokio::spawn({
         let client = api.client();
         let id = created.id.clone();
@@ -462,17 +442,12 @@ async fn complete_losing_to_an_abort_is_upload_aborted_and_leaves_no_object() {
     // Storage aborted too (2c), or not yet (2b: the DELETE's storage call is still on its way).
     for storage_aborted_too in [true, false] {
         let (created, _) = uploaded(&client, 1000).await;
-        let mut blocker = hold(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id)).await;
-        let completing = tokio::spawn({
-            let client = api.client();
-            let id = created.id.clone();
-            async move { client.complete_upload(&id, None).await }
-        });
-        wait_for_lock_waiters(&api, 1).await;
+        let (mut blocker, completing) =
+            complete_behind(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id), &created.id).await;
         {
             use diesel_async::SimpleAsyncConnection;
             if storage_aborted_too {
-                let tenant = tenant_of(&api).await;
+                let tenant = api.tenant_id().await;
                 let key = vid_api::routes::uploads::source_key(&tenant, &created.id);
                 let s3_id: String = {
                     use diesel::prelude::*;
@@ -593,14 +568,8 @@ async fn a_part_changed_during_complete_is_409_and_the_upload_recovers() {
     let client = api.client();
     let size = 5 * MIB + 1000;
     let (created, bytes) = uploaded(&client, size).await;
-    let mut blocker = hold(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id)).await;
-    let completing = tokio::spawn({
-        let client = api.client();
-        let id = created.id.clone();
-        async move { client.complete_upload(&id, None).await }
-    });
-    // complete has listed the parts and waits to mark the upload `completing`.
-    wait_for_lock_waiters(&api, 1).await;
+    let (mut blocker, completing) =
+        complete_behind(&api, &format!("SELECT 1 FROM uploads WHERE id = '{}' FOR UPDATE", created.id), &created.id).await;
     let p2 = &created.parts[1];
     let changed: Vec<u8> = slice(&bytes, p2).iter().map(|b| b ^ 0xff).collect();
     assert_eq!(put(&client, p2, &changed).await.0, 200);

@@ -84,19 +84,6 @@ fn frame_sizes(path: &Path) -> Vec<(u32, u32)> {
     sizes
 }
 
-/// A 16×16 grey thumbnail (256 bytes, row-major) of the frame of `path` at `secs`.
-fn thumb_at(path: &Path, secs: f64) -> Vec<u8> {
-    let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-nostdin", "-ss", &secs.to_string(), "-i"])
-        .arg(path)
-        .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
-        .output()
-        .expect("ffmpeg runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.stdout.len(), 256);
-    out.stdout
-}
-
 /// Mean luma of thumbnail row `row` (0–15).
 fn row(t: &[u8], row: usize) -> f64 {
     t[row * 16..row * 16 + 16].iter().map(|v| f64::from(*v)).sum::<f64>() / 16.0

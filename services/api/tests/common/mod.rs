@@ -31,6 +31,32 @@ impl TestApi {
         vid_client::Client::new(&self.url, &self.key)
     }
 
+    /// Sets every tenant's `max_uploads_in_flight` (the per-tenant cap on
+    /// uploads in flight; `POST /uploads` answers 429 past it).
+    pub async fn set_upload_cap(&self, cap: i32) {
+        use diesel::prelude::*;
+        use vid_db::RunQueryDsl;
+        let mut conn = self.state.db.get().await.unwrap();
+        diesel::update(vid_db::schema::tenants::table)
+            .set(vid_db::schema::tenants::max_uploads_in_flight.eq(Some(cap)))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+
+    /// The id of the tenant whose key this api's [`TestApi::client`] uses.
+    pub async fn tenant_id(&self) -> vid_core::TenantId {
+        use diesel::prelude::*;
+        use vid_db::RunQueryDsl;
+        let mut conn = self.state.db.get().await.unwrap();
+        vid_db::schema::api_keys::table
+            .filter(vid_db::schema::api_keys::key_hash.eq(vid_api::auth::hash_key(&self.key)))
+            .select(vid_db::schema::api_keys::tenant_id)
+            .first(&mut conn)
+            .await
+            .unwrap()
+    }
+
     /// A client of another tenant of the same api.
     pub async fn other_tenant(&self) -> vid_client::Client {
         let (_, key) = vid_api::auth::create_tenant(&self.state.db, "other").await.unwrap();
@@ -40,4 +66,17 @@ impl TestApi {
 
 pub fn problem_code(e: &vid_client::ClientError) -> String {
     e.problem().map(|p| p.code.clone()).unwrap_or_else(|| format!("not a problem: {e}"))
+}
+
+/// Appends every `.rs` file under `dir` (recursively) to `out`: the api's own
+/// sources, for tests that read its route registrations.
+pub fn collect_rs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            collect_rs(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
 }

@@ -47,8 +47,14 @@ pub fn top_level_atoms(path: &Path) -> Vec<String> {
 /// A grey 16×16 thumbnail (256 bytes) of the first frame of `path`, as the
 /// ffmpeg CLI shows it (autorotate on), squeezed to 16×16.
 pub fn thumb(path: &Path) -> Vec<u8> {
+    thumb_at(path, 0.0)
+}
+
+/// A grey 16×16 thumbnail (256 bytes, row-major) of the frame of `path` at
+/// `secs` seconds, as the ffmpeg CLI shows it (autorotate on).
+pub fn thumb_at(path: &Path, secs: f64) -> Vec<u8> {
     let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-nostdin", "-i"])
+        .args(["-v", "error", "-nostdin", "-ss", &secs.to_string(), "-i"])
         .arg(path)
         .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
         .output()
