@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS uploads_completing_expiry;
