@@ -47,14 +47,22 @@ pub fn top_level_atoms(path: &Path) -> Vec<String> {
 /// A grey 16×16 thumbnail (256 bytes) of the first frame of `path`, as the
 /// ffmpeg CLI shows it (autorotate on), squeezed to 16×16.
 pub fn thumb(path: &Path) -> Vec<u8> {
-    thumb_at(path, 0.0)
+    thumb_of(path, None)
 }
 
 /// A grey 16×16 thumbnail (256 bytes, row-major) of the frame of `path` at
 /// `secs` seconds, as the ffmpeg CLI shows it (autorotate on).
 pub fn thumb_at(path: &Path, secs: f64) -> Vec<u8> {
+    thumb_of(path, Some(secs))
+}
+
+/// The thumbnail of the first frame, or of the frame at `seek` seconds.
+fn thumb_of(path: &Path, seek: Option<f64>) -> Vec<u8> {
+    let seek: Vec<String> = seek.map(|s| vec!["-ss".to_owned(), s.to_string()]).unwrap_or_default();
     let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-nostdin", "-ss", &secs.to_string(), "-i"])
+        .args(["-v", "error", "-nostdin"])
+        .args(&seek)
+        .arg("-i")
         .arg(path)
         .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
         .output()
