@@ -513,7 +513,7 @@ async fn a_hung_database_does_not_hold_post_webhooks() {
             .expect("POST /webhooks answers within the sender's timeout");
         let took = started.elapsed();
         assert_eq!((status, reply["status"].as_str()), (200, Some("queued")), "round {round}: {reply}");
-        assert!(took < vid_webhook_receiver::SEEN_CHECK_BUDGET + Duration::from_secs(2), "round {round} took {took:?}");
+        assert!(took < vid_webhook_receiver::SEEN_CHECK_BUDGET + Duration::from_secs(5), "round {round} took {took:?}");
     }
     assert_eq!(r.queued().await, 4);
 

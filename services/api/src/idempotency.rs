@@ -30,7 +30,11 @@
 //! disconnects (the server drops the request future, see
 //! `h1_allow_half_closed(false)` in `lib.rs`), the handler still finishes and
 //! its answer is stored, so the retry gets it (the same upload id), instead of
-//! the work being cut half-way and its result lost.
+//! the work being cut half-way and its result lost. Requests *without* a key
+//! run in their own task too: a `complete` whose client vanished still
+//! assembles and finalises (the video is announced by webhook), and a create
+//! never leaves a storage multipart upload without its row (the janitor
+//! expires and aborts the row; nothing would abort an orphan).
 //!
 //! **Lease.** A running request holds its key for [`LEASE_SECONDS`]
 //! (`locked_until`), renewed every [`RENEW_EVERY`] while it runs. Only a run
@@ -104,9 +108,8 @@ pub fn request_hash(request: &impl serde::Serialize) -> String {
 ///
 /// `request` is the parsed body; its canonical JSON is what "the same body"
 /// means. `handler` gets owned copies of the state and tenant and must return
-/// a `'static` future: with a key it runs in its own task, so it finishes
-/// (and its answer is stored) even if the client disconnects. Without the
-/// header, `handler` simply runs in the request.
+/// a `'static` future that runs in its own task, so it finishes even if the
+/// client disconnects; with a key, its answer is also stored.
 ///
 /// Errors (besides the handler's own): `400 invalid_idempotency_key`,
 /// `422 idempotency_key_reused`, `409 idempotency_key_in_use`, `503` when the
@@ -123,7 +126,11 @@ where
     F: FnOnce(AppState, Tenant) -> Fut,
     Fut: Future<Output = ApiResult<HttpResponse>> + 'static,
 {
-    let Some(key) = req.headers().get("idempotency-key") else { return handler(state.clone(), tenant.clone()).await };
+    let Some(key) = req.headers().get("idempotency-key") else {
+        // Dropping the JoinHandle (the client went away) does not cancel the task.
+        let task = actix_web::rt::spawn(handler(state.clone(), tenant.clone()).in_current_span());
+        return task.await.map_err(|e| ApiError::Internal(anyhow::anyhow!("the request's task failed: {e}")))?;
+    };
     let key = key
         .to_str()
         .ok()

@@ -95,6 +95,59 @@ async fn a_client_that_disconnects_mid_request_gets_the_original_answer_on_retry
     assert_eq!(key_rows(&api, "k-drop").await, vec![Some(201)]);
 }
 
+/// Without an `Idempotency-Key` too, a client that goes away does not cut the
+/// work half-way: `POST /uploads` has already started the storage multipart
+/// upload when it waits (here, on the tenant row this test locks), and a cut
+/// there would leave that multipart upload with no row for the janitor to
+/// expire and abort. The handler runs on, so the row appears.
+#[tokio::test]
+async fn without_a_key_a_client_that_disconnects_still_gets_its_work_finished() {
+    let api = TestApi::start(&[]).await;
+    let tenant = api.tenant_id().await;
+    let mut blocker = api.state.db.get().await.unwrap();
+    blocker.batch_execute(&format!("BEGIN; SELECT 1 FROM tenants WHERE id = '{tenant}' FOR UPDATE")).await.unwrap();
+
+    let body = serde_json::to_vec(&req(100)).unwrap();
+    let addr = api.url.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /uploads HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        api.key,
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    // The handler is provably mid-way once a backend waits on the row lock.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = api.state.db.get().await.unwrap();
+        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        ))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the request never reached the tenant row lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(tcp); // the client goes away mid-request
+    tokio::time::sleep(Duration::from_millis(500)).await; // the server sees EOF and drops the request
+    assert!(upload_ids(&api).await.is_empty(), "nothing is inserted while the lock is held");
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    drop(blocker);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while upload_ids(&api).await.is_empty() {
+        assert!(Instant::now() < deadline, "the request was cut when its client went away: no upload row for its multipart upload");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(upload_ids(&api).await.len(), 1);
+}
+
 /// `complete` with a key before every part is stored is `409 upload_incomplete`;
 /// that answer is not stored, so the same key completes once the parts are in,
 /// and then replays the `202`.

@@ -113,15 +113,20 @@ async fn stop_kills_the_child_at_once() {
     let mut cmd = Command::new("sh");
     cmd.args(["-c", &format!("echo $$ > {}; exec sleep 30", pidfile.display())]);
     let (tx, rx) = watch::channel(None);
+    let started = pidfile.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Cancel once the child is really running (it wrote its pid).
+        while std::fs::read_to_string(&started).map_or(true, |s| !s.ends_with('\n')) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         tx.send(Some(Stop::Cancel)).unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await; // keep the sender alive
     });
     let t = Instant::now();
     let out = child::supervise(cmd, limits(Duration::from_secs(60)), rx, |_| {}).await;
     assert_eq!(out, ChildOutcome::Stopped(Stop::Cancel));
-    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // `sleep 30` would take 30 s: anything well below proves the kill.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "the child is gone");
 }

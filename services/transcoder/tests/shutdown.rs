@@ -374,6 +374,6 @@ async fn sigterm_while_rabbitmq_is_unreachable_exits_at_once() {
         panic!("still running 30 s after SIGTERM:\n{log}")
     });
     assert!(status.success(), "{status}:\n{log}");
-    assert!(took < Duration::from_secs(2), "exited {took:?} after SIGTERM:\n{log}");
+    assert!(took < Duration::from_secs(5), "exited {took:?} after SIGTERM:\n{log}");
     assert!(log.contains("transcoder stopped"), "{log}");
 }

@@ -103,7 +103,7 @@ async fn failures_are_retried_with_the_same_id_and_valid_signatures() {
     // test.toml schedule is [1, 1, 2] s with ±20 % jitter.
     for pair in got.windows(2) {
         let gap = pair[1].at - pair[0].at;
-        assert!(gap >= Duration::from_millis(750) && gap < Duration::from_secs(5), "retry gap {gap:?}");
+        assert!(gap >= Duration::from_millis(750) && gap < Duration::from_secs(8), "retry gap {gap:?}");
     }
     let attempts = w.attempts(&endpoint).await;
     let statuses: Vec<_> = attempts.iter().map(|a| (a.attempt_number, a.response_status, a.error_class.clone())).collect();
@@ -138,7 +138,15 @@ async fn exhausted_retries_fail_the_delivery() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_endpoint_times_out_without_delaying_another() {
-    let w = World::new(&[("dispatcher.request_timeout_ms", "3000"), ("dispatcher.per_endpoint_concurrency", "2")]).await;
+    // The hanging attempts time out after 15 s, far beyond the 10 s the fast
+    // endpoint gets: if the slow one delayed it, it would not be done in time.
+    // A short grace lets the final stop abort the retries still hanging.
+    let w = World::new(&[
+        ("dispatcher.request_timeout_ms", "15000"),
+        ("dispatcher.per_endpoint_concurrency", "2"),
+        ("dispatcher.shutdown_grace_seconds", "1"),
+    ])
+    .await;
     let slow = Receiver::start(Arc::new(|_, _| Reply::Hang)).await;
     let fast = Receiver::always(200).await;
     let (slow_ep, _) = w.endpoint(&slow.url()).await;
@@ -151,23 +159,26 @@ async fn a_hanging_endpoint_times_out_without_delaying_another() {
         ids.push(w.publish().await.0);
     }
     // The slow endpoint holds at most 2 attempts; the fast one gets all 10 events at once.
-    eventually(Duration::from_secs(2), "all events at the fast endpoint within 2 s", || async {
+    eventually(Duration::from_secs(10), "all events at the fast endpoint within 10 s", || async {
         (fast.counts().len() == 10).then_some(())
     })
     .await;
     let fast_elapsed = started.elapsed();
+    // No slow attempt can have ended yet (each started after `started` and
+    // hangs until its 15 s timeout), so the fast ones did not wait for them.
+    assert!(fast_elapsed < Duration::from_millis(14_900), "{fast_elapsed:?}");
     assert!(slow.received().len() <= 2, "per-endpoint bound: {} concurrent at the slow endpoint", slow.received().len());
     assert!(w.attempts(&slow_ep).await.is_empty(), "slow attempts still hanging when the fast ones were done");
     eprintln!("fast endpoint got 10 events in {fast_elapsed:?} while the slow one hung");
 
-    let attempts = eventually(WAIT, "timeouts recorded", || async {
+    let attempts = eventually(Duration::from_secs(30), "timeouts recorded", || async {
         let a = w.attempts(&slow_ep).await;
         (!a.is_empty()).then_some(a)
     })
     .await;
     assert_eq!(attempts[0].error_class.as_deref(), Some("timeout"));
     assert_eq!(attempts[0].response_status, None);
-    assert!(attempts[0].duration_ms >= 2900 && attempts[0].duration_ms < 5000, "{}", attempts[0].duration_ms);
+    assert!(attempts[0].duration_ms >= 14_900 && attempts[0].duration_ms < 17_000, "{}", attempts[0].duration_ms);
     assert!(attempts[0].next_attempt_at.is_some());
     assert_eq!(w.deliveries(&fast_ep).await.iter().filter(|d| d.status == "succeeded").count(), 10);
     d.stop().await;
@@ -290,11 +301,12 @@ async fn retry_after_is_honoured() {
 async fn after_a_throttle_the_endpoint_resumes_at_half_concurrency() {
     let w = World::new(&[("dispatcher.per_endpoint_concurrency", "4")]).await;
     let first = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    // Answers take 1 s, so requests claimed together are in flight together.
     let rx = Receiver::start(Arc::new(move |_, _| {
         if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            Reply::Status(429, vec![("retry-after", "3".to_owned())])
+            Reply::Status(429, vec![("retry-after", "10".to_owned())])
         } else {
-            Reply::Slow(Duration::from_millis(600), 200)
+            Reply::Slow(Duration::from_millis(1000), 200)
         }
     }))
     .await;
@@ -308,28 +320,37 @@ async fn after_a_throttle_the_endpoint_resumes_at_half_concurrency() {
     };
     eventually(WAIT, "the limit halved", || async { (limit().await == Some(2)).then_some(()) }).await;
 
-    // The backlog builds up while the endpoint is throttled.
+    // The backlog builds up while the endpoint is throttled (10 s).
     for _ in 0..11 {
         w.publish().await;
     }
     eventually(WAIT, "the backlog fanned in", || async { (w.deliveries(&endpoint).await.len() == 12).then_some(()) }).await;
     assert_eq!(rx.received().len(), 1, "nothing is sent while the endpoint is throttled");
 
-    eventually(Duration::from_secs(40), "every delivery succeeded", || async {
+    eventually(Duration::from_secs(60), "every delivery succeeded", || async {
         w.deliveries(&endpoint).await.iter().all(|d| d.status == "succeeded").then_some(())
     })
     .await;
-    let after: Vec<_> = rx.received().into_iter().skip(1).map(|r| r.at).collect();
+    let after: Vec<_> = rx.received().into_iter().skip(1).collect();
     assert_eq!(after.len(), 12);
-    // Each answer takes 600 ms, so requests that arrive within 300 ms of the
-    // first one after the throttle were in flight together.
-    let burst = after.iter().filter(|at| at.duration_since(after[0]) < Duration::from_millis(300)).count();
-    assert_eq!(burst, 2, "the first burst after the throttle is half of per_endpoint_concurrency (4)");
+    let in_flight: Vec<usize> = after.iter().map(|r| r.in_flight).collect();
+    // The first burst: what arrived after the throttle before the first of
+    // those requests was answered. The count of requests in flight only rises
+    // on an arrival, so its maximum over the burst is the largest `in_flight`
+    // seen on arrival there.
+    let first_answer = rx.answered.lock().unwrap().iter().copied().filter(|t| *t >= after[0].at).min().expect("answered");
+    let burst: Vec<usize> = after.iter().filter(|r| r.at < first_answer).map(|r| r.in_flight).collect();
+    assert_eq!(
+        burst.iter().max(),
+        Some(&2),
+        "the first burst after the throttle has exactly half of per_endpoint_concurrency (4) in flight at once: {burst:?} (all: {in_flight:?})"
+    );
+    assert_eq!(burst.len(), 2, "the first burst is 2 requests: {burst:?} (all: {in_flight:?})");
     assert_eq!(limit().await, None, "successes bring the limit back to the configured concurrency");
-    // Later bursts grow back to the configured 4.
-    let widest =
-        after.iter().map(|t| after.iter().filter(|at| *at >= t && at.duration_since(*t) < Duration::from_millis(300)).count()).max();
-    assert!(widest.unwrap() > 2, "the concurrency climbs back: {after:?}");
+    // Later the concurrency climbs back towards the configured 4.
+    let widest = in_flight.iter().max().unwrap();
+    assert!(*widest > 2, "the concurrency climbs back: in flight on each arrival {in_flight:?}");
+    assert!(*widest <= 4, "never more than per_endpoint_concurrency: {in_flight:?}");
     d.stop().await;
 }
 
@@ -556,13 +577,14 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
     assert_eq!(w.fan_in(&payload).await, 1);
     let mut conn = w.conn().await;
 
-    let first = store::claim(&mut conn, 8, 10, 200).await.unwrap();
+    // A 2 s lease: the next two statements must run while it is live.
+    let first = store::claim(&mut conn, 8, 10, 2000).await.unwrap();
     assert_eq!(first.len(), 1, "the due delivery is claimed");
-    assert!(store::claim(&mut conn, 8, 10, 200).await.unwrap().is_empty(), "a leased delivery is not claimed twice");
+    assert!(store::claim(&mut conn, 8, 10, 2000).await.unwrap().is_empty(), "a leased delivery is not claimed twice");
     assert_eq!(store::release_expired(&mut conn).await.unwrap(), 0, "a live lease stays");
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(store::claim(&mut conn, 8, 10, 200).await.unwrap().is_empty(), "an expired lease waits for the sweep");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(store::claim(&mut conn, 8, 10, 2000).await.unwrap().is_empty(), "an expired lease waits for the sweep");
     assert_eq!(store::release_expired(&mut conn).await.unwrap(), 1);
     let second = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
     assert_eq!(second.len(), 1, "claimable again after the sweep");

@@ -109,7 +109,14 @@ async fn sigterm_with_attempts_in_flight_loses_nothing_and_sends_nothing_twice()
     let w = World::new(&[]).await;
     let rx = Receiver::start(Arc::new(|_, _| Reply::Slow(Duration::from_millis(1500), 200))).await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
-    let env = [("VID__DISPATCHER__PER_ENDPOINT_CONCURRENCY", "8"), ("VID__DISPATCHER__SHUTDOWN_GRACE_SECONDS", "15")];
+    // Nothing here waits for a lease to expire (the drain records or releases
+    // every lease), so the lease is far above the 1.5 s answers: a lease that
+    // ran out on a starved box would have a delivery sent twice.
+    let env = [
+        ("VID__DISPATCHER__PER_ENDPOINT_CONCURRENCY", "8"),
+        ("VID__DISPATCHER__SHUTDOWN_GRACE_SECONDS", "15"),
+        ("VID__DISPATCHER__LEASE_MS", "30000"),
+    ];
     let child = spawn_binary_with(&w, &env);
     let mut ids = vec![];
     for _ in 0..40 {

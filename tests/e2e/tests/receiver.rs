@@ -46,12 +46,16 @@ async fn the_dispatcher_delivers_to_the_reference_receiver_which_applies_each_ev
     let _receiver = Killed(receiver);
     let state_url = format!("http://127.0.0.1:{port}/events");
     let http = client.http().clone();
-    for _ in 0..100 {
-        if http.get(format!("http://127.0.0.1:{port}/healthz")).send().await.is_ok() {
+    // It creates its database and runs its migrations first: allow a loaded machine a minute.
+    let mut up = false;
+    for _ in 0..600 {
+        if http.get(format!("http://127.0.0.1:{port}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            up = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert!(up, "the webhook-receiver did not come up within 60 s; log in {}", stack.log_dir().display());
 
     let dir = std::env::temp_dir().join(format!("vid-e2e-{unique}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -64,7 +68,7 @@ async fn the_dispatcher_delivers_to_the_reference_receiver_which_applies_each_ev
 
     // The receiver's own view: the video is ready, each event applied exactly once.
     let mut state = serde_json::Value::Null;
-    for _ in 0..300 {
+    for _ in 0..1200 {
         state = http.get(&state_url).send().await.unwrap().json().await.unwrap();
         let ready = state["videos"].as_array().unwrap().iter().any(|v| v["video_id"] == video_id.as_str() && v["status"] == "ready");
         if ready {

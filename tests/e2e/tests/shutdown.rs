@@ -122,7 +122,9 @@ async fn api_sigterm_ends_waits_and_event_streams_cleanly() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await; // the wait is open
+    // The wait must be open (accepted by the api) before SIGTERM; the api
+    // gives no signal of that, so allow a generous margin for a loaded machine.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     stack.terminate("api");
 
     let answer = waiting.await.unwrap().expect("the :wait gets an answer, not a cut connection");
@@ -137,7 +139,12 @@ async fn api_sigterm_ends_waits_and_event_streams_cleanly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_sigterm_finishes_the_request_in_flight_and_refuses_new_connections() {
-    let mut stack = Stack::start(&[("VID__TELEMETRY__FORMAT", "json"), ("VID__TELEMETRY__LEVEL", "info")]).await;
+    // The open stream may take up to 28 s (below actix's 30 s shutdown
+    // timeout) to see the operation end: a cold transcoder on a loaded machine
+    // needs that long, and the default 20 s drain would end the stream first.
+    let mut stack =
+        Stack::start(&[("VID__TELEMETRY__FORMAT", "json"), ("VID__TELEMETRY__LEVEL", "info"), ("VID__API__STREAM_DRAIN_SECONDS", "28")])
+            .await;
     // No transcoder yet: the operation stays pending until we decide.
     stack.kill("transcoder");
     let op = upload(&stack, 320, 240, 1.0).await;

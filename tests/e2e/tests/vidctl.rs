@@ -253,7 +253,17 @@ async fn a_killed_upload_resumes_and_sends_only_the_missing_parts() {
     let id = state_file_upload(&dir, Duration::from_secs(30)).await;
     wait_stored_parts(&client, &id, 1, Duration::from_secs(60)).await;
     kill(&mut child);
-    let after_kill = stored(&client.get_upload(&id).await.unwrap());
+    // A part whose bytes were all sent before the kill may still land in
+    // storage a moment later: read until two reads a second apart agree.
+    let mut after_kill = stored(&client.get_upload(&id).await.unwrap());
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let again = stored(&client.get_upload(&id).await.unwrap());
+        if again == after_kill {
+            break;
+        }
+        after_kill = again;
+    }
     assert!(!after_kill.is_empty() && after_kill.len() < 7, "killed partway: {after_kill:?}");
 
     // Run 2: Ctrl-C after one more part; it exits cleanly saying how to resume.
@@ -271,7 +281,6 @@ async fn a_killed_upload_resumes_and_sends_only_the_missing_parts() {
     assert_eq!(before_last.status, UploadStatus::Created);
     let held = stored(&before_last);
     assert!(held.len() > after_kill.len() && held.len() < 7, "run 2 added parts: {held:?}");
-    let etags: Vec<(u32, String)> = before_last.parts.iter().map(|p| (p.part_number, p.etag.clone())).collect();
 
     // Run 3: completes, sending exactly the missing parts.
     let out = run(vidctl(&stack, &dir).args(["--json", "upload", "--content-type", "video/mp4"]).arg(&file));
@@ -279,14 +288,18 @@ async fn a_killed_upload_resumes_and_sends_only_the_missing_parts() {
     let v = stdout_json(&out);
     assert_eq!(v["upload_id"], id.as_str(), "the same upload was continued");
     assert_eq!(v["resumed"], true);
-    assert_eq!(numbers(&v["parts_already_stored"]), held);
-    let expected: Vec<u32> = (1..=7).filter(|n| !held.contains(n)).collect();
+    // A PUT in flight when run 2 was interrupted may still land in storage
+    // after `held` was read (its bytes were already sent): with --parallel 1
+    // that is at most one part more than `held`.
+    let already = numbers(&v["parts_already_stored"]);
+    assert!(held.iter().all(|n| already.contains(n)), "every part stored before run 3 was kept: held {held:?}, run 3 found {already:?}");
+    assert!(already.len() <= held.len() + 1, "at most the one in-flight part landed late: held {held:?}, run 3 found {already:?}");
+    let expected: Vec<u32> = (1..=7).filter(|n| !already.contains(n)).collect();
     assert_eq!(numbers(&v["parts_sent"]), expected, "only the missing parts were sent");
     let video = v["video_id"].as_str().unwrap();
     assert_eq!(source_sha256(&stack, id.as_str(), video).await, want);
     let done = client.get_upload(&id).await.unwrap();
     assert_eq!(done.status, UploadStatus::Completed);
-    assert!(etags.iter().all(|(n, _)| held.contains(n)));
 }
 
 /// A part whose URL expired before it was sent is refused by storage,

@@ -51,7 +51,7 @@ async fn a_real_video_travels_the_whole_system() {
 
     // The webhook: Webhook-Id equals the body's id, and our own HMAC matches.
     let got = receiver
-        .wait_for(Duration::from_secs(30), |r| {
+        .wait_for(Duration::from_secs(120), |r| {
             serde_json::from_slice::<serde_json::Value>(&r.body).map(|b| b["type"] == "video.ready").unwrap_or(false)
         })
         .await

@@ -44,7 +44,7 @@ use vid_infra::amqp::RK_JOB;
 
 use crate::auth::Tenant;
 use crate::error::{problem_response, ApiError, ApiResult};
-use crate::routes::operations::{load_operation, operation_location};
+use crate::routes::operations::{load_operation, operation_location, OperationRow};
 use crate::routes::parse_id;
 use crate::state::AppState;
 use crate::storage;
@@ -725,10 +725,11 @@ async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, b
     }
 
     match finalize(state, tenant, &row).await? {
-        Finalized::Operation(op_id) => {
+        Finalized::Created(op) => {
             state.outbox_notify.notify_one();
-            accepted(state, tenant, &op_id).await
+            Ok(HttpResponse::Accepted().insert_header(("Location", operation_location(&op.id))).json(op))
         }
+        Finalized::Operation(op_id) => accepted(state, tenant, &op_id).await,
         Finalized::Lost(status) => {
             // Aborted (or expired) while storage assembled the parts: the
             // object must not outlive the upload.
@@ -892,7 +893,10 @@ fn check_parts(row: &UploadRow, stored: &[StoredPart], given: Option<&[Completed
 
 /// How [`finalize`] ended.
 enum Finalized {
-    /// The upload's operation: created now, or by a concurrent complete.
+    /// The operation this call created, as committed (`pending`): the 202
+    /// describes what was accepted, not what a fast transcoder made of it since.
+    Created(Box<vid_core::operation::Operation>),
+    /// The upload's operation, created by a concurrent complete.
     Operation(OperationId),
     /// The upload was aborted or expired first; nothing was created.
     Lost(UploadStatus),
@@ -968,7 +972,13 @@ async fn finalize(state: &AppState, tenant: &Tenant, row: &UploadRow) -> ApiResu
                     Some(op_id.as_str()),
                 )
                 .await?;
-                Ok(Finalized::Operation(op_id))
+                let created = operations::table
+                    .filter(operations::id.eq(&op_id))
+                    .select(OperationRow::as_select())
+                    .first(conn)
+                    .await?
+                    .into_operation();
+                Ok(Finalized::Created(Box::new(created)))
             }
             .scope_boxed()
         })

@@ -208,6 +208,9 @@ impl Running {
 #[derive(Debug, Clone)]
 pub struct Received {
     pub at: Instant,
+    /// Requests in flight at the receiver right after this one arrived,
+    /// itself included (arrived and not yet answered).
+    pub in_flight: usize,
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
 }
@@ -239,6 +242,8 @@ pub struct Receiver {
     pub addr: SocketAddr,
     pub log: Arc<Mutex<Vec<Received>>>,
     pub connections: Arc<AtomicUsize>,
+    /// When each request was answered (or given up by the client), in order.
+    pub answered: Arc<Mutex<Vec<Instant>>>,
     task: JoinHandle<()>,
 }
 
@@ -248,21 +253,39 @@ impl Drop for Receiver {
     }
 }
 
+/// Counts a request as in flight from its arrival (see [`Received::in_flight`])
+/// until it is answered or the connection goes away; logs when that happens.
+struct InFlight {
+    count: Arc<AtomicUsize>,
+    answered: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        // Under the same lock as the arrivals, so the log and the counts agree.
+        let mut answered = self.answered.lock().unwrap();
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        answered.push(Instant::now());
+    }
+}
+
 impl Receiver {
     pub async fn start(script: Script) -> Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let log: Arc<Mutex<Vec<Received>>> = Arc::default();
         let connections = Arc::new(AtomicUsize::new(0));
-        let (log2, conns2) = (log.clone(), connections.clone());
+        let answered: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (log2, conns2, answered2) = (log.clone(), connections.clone(), answered.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 conns2.fetch_add(1, Ordering::SeqCst);
-                let (log, script) = (log2.clone(), script.clone());
+                let (log, script, answered, in_flight) = (log2.clone(), script.clone(), answered2.clone(), in_flight.clone());
                 tokio::spawn(async move {
                     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (log, script) = (log.clone(), script.clone());
+                        let (log, script, answered, in_flight) = (log.clone(), script.clone(), answered.clone(), in_flight.clone());
                         async move {
                             let headers = req
                                 .headers()
@@ -270,13 +293,19 @@ impl Receiver {
                                 .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
                                 .collect();
                             let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                            let received = Received { at: Instant::now(), headers, body };
-                            let reply = {
+                            let (reply, _in_flight) = {
                                 let mut log = log.lock().unwrap();
+                                // Arrival: counted and timestamped under the answers' lock (see InFlight).
+                                let received = {
+                                    let _answers = answered.lock().unwrap();
+                                    let n = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                                    Received { at: Instant::now(), in_flight: n, headers, body }
+                                };
+                                let guard = InFlight { count: in_flight, answered };
                                 let prior = log.iter().filter(|r| r.id() == received.id()).count();
                                 let reply = script(&received, prior);
                                 log.push(received);
-                                reply
+                                (reply, guard)
                             };
                             match reply {
                                 Reply::Hang => futures::future::pending::<Result<hyper::Response<Full<Bytes>>, Infallible>>().await,
@@ -298,7 +327,7 @@ impl Receiver {
                 });
             }
         });
-        Receiver { addr, log, connections, task }
+        Receiver { addr, log, connections, answered, task }
     }
 
     /// Always answers `status`.
