@@ -58,6 +58,15 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
 /// Session advisory-lock key held while migrations run ("vid_migr").
 pub const MIGRATION_LOCK_KEY: i64 = 0x7669_645f_6d69_6772;
 
+/// How often a runner that found the migration lock taken tries again.
+pub const MIGRATION_LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+#[derive(diesel::QueryableByName)]
+struct TryLock {
+    #[diesel(sql_type = diesel::sql_types::Bool)]
+    taken: bool,
+}
+
 /// Runs every pending migration against `url`; returns the versions applied.
 ///
 /// Safe to run concurrently from several processes (the migration Job and
@@ -65,13 +74,29 @@ pub const MIGRATION_LOCK_KEY: i64 = 0x7669_645f_6d69_6772;
 /// [`MIGRATION_LOCK_KEY`] first, so they run one after another and the later
 /// ones find nothing pending. Without it, concurrent `CREATE TYPE`/`CREATE
 /// TABLE` of the same migration fail on PostgreSQL's catalog unique indexes.
+///
+/// The lock is taken with `pg_try_advisory_lock`, retried every
+/// [`MIGRATION_LOCK_POLL`], never with a blocking `pg_advisory_lock`: a
+/// `CREATE INDEX CONCURRENTLY` in the running migration waits for every
+/// transaction with an older snapshot to end, and a runner blocked inside
+/// `pg_advisory_lock` is such a transaction, waiting in turn for the lock the
+/// migration holds (PostgreSQL reports `deadlock detected`).
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
     let url = url.to_owned();
     tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let mut conn =
             <AsyncConnectionWrapper<AsyncPgConnection> as diesel::Connection>::establish(&url).context("connecting to PostgreSQL")?;
-        diesel::RunQueryDsl::execute(diesel::sql_query(format!("SELECT pg_advisory_lock({MIGRATION_LOCK_KEY})")), &mut conn)
+        loop {
+            let taken = diesel::RunQueryDsl::get_result::<TryLock>(
+                diesel::sql_query(format!("SELECT pg_try_advisory_lock({MIGRATION_LOCK_KEY}) AS taken")),
+                &mut conn,
+            )
             .context("taking the migration lock")?;
+            if taken.taken {
+                break;
+            }
+            std::thread::sleep(MIGRATION_LOCK_POLL);
+        }
         let applied: anyhow::Result<Vec<String>> = conn
             .run_pending_migrations(MIGRATIONS)
             .map(|versions| versions.into_iter().map(|v| v.to_string()).collect())

@@ -15,4 +15,8 @@
 -- leave untyped listings without an index. The cursor is by id, which the
 -- planner applies as a filter, or it keeps events_tenant when the cursor
 -- makes that cheaper.
-CREATE INDEX events_tenant_created ON events (tenant_id, created_at, event_type);
+--
+-- Built CONCURRENTLY, so the table keeps taking writes meanwhile; that cannot
+-- run in a transaction (metadata.toml). A failed build leaves an INVALID
+-- index behind: DROP INDEX it, then run the migrations again.
+CREATE INDEX CONCURRENTLY events_tenant_created ON events (tenant_id, created_at, event_type);

@@ -17,10 +17,7 @@ ALTER TABLE idempotency_keys
 UPDATE idempotency_keys SET locked_until = created_at + interval '60 seconds'
     WHERE response_status IS NULL;
 
--- The janitor deletes rows past their 24 h replay window in batches,
--- `WHERE created_at < cutoff` (oldest first); without this index every pass
--- read the whole table.
-CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at);
+-- The index for the janitor's purge is 2026-11-30-000075 (built CONCURRENTLY).
 
 -- Only 2xx answers are stored from now on (see the module docs): stored 4xx
 -- answers of earlier versions would keep replaying a state that may have

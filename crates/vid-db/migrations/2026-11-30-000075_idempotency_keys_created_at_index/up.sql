@@ -1,0 +1,11 @@
+-- api janitor: Idempotency-Key rows past their 24 h replay window are deleted
+-- in batches, `WHERE created_at < cutoff` (oldest first,
+-- services/api/src/idempotency.rs); without this index every pass read the
+-- whole table.
+--
+-- Built CONCURRENTLY, so the table keeps taking writes meanwhile; that cannot
+-- run in a transaction (metadata.toml). IF NOT EXISTS: databases migrated
+-- while this index was still part of 2026-11-30-000070 have it already. A
+-- failed build leaves an INVALID index behind: DROP INDEX it, then run the
+-- migrations again.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS idempotency_keys_created_at ON idempotency_keys (created_at);
