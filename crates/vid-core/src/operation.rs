@@ -54,7 +54,10 @@ impl OperationStatus {
 }
 
 /// The step a running transcode is in, shown as `metadata.phase`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Ordered as the pipeline runs (`Queued` < `Downloading` < … < `Done`); like
+/// `progress`, the phase an operation shows never moves backwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {

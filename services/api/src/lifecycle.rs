@@ -94,7 +94,10 @@ async fn video_event(
 }
 
 /// A heartbeat with progress: `pending` becomes `running` (event
-/// `video.processing`), progress only moves forward, capped at 99.
+/// `video.processing`), progress only moves forward, capped at 99, and so
+/// does the phase: a late report, a duplicate copy of the job or a worker
+/// restarting the job after a crash never rewinds what the operation shows
+/// (nor counts as a change for `:wait` and event streams).
 /// On a `cancelled` operation it queues another cancel for the workers and
 /// returns [`Applied::AlreadyTerminal`].
 pub async fn record_progress(
@@ -145,7 +148,9 @@ pub async fn record_progress(
                 ))
                 .execute(conn)
                 .await?;
-            if let Some(phase) = phase {
+            let shown: Option<String> = operations::table.filter(operations::id.eq(&id)).select(operations::phase).first(conn).await?;
+            let shown = shown.and_then(|p| serde_json::from_value::<Phase>(serde_json::Value::String(p)).ok());
+            if let Some(phase) = phase.filter(|p| shown.is_none_or(|s| *p > s)) {
                 diesel::update(operations::table.filter(operations::id.eq(&id)))
                     .set(operations::phase.eq(phase_str(phase)))
                     .execute(conn)

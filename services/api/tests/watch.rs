@@ -421,3 +421,60 @@ async fn a_lost_listener_connection_reconnects_and_wakes_waiters_that_missed_a_n
     let answer = tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken after the reconnect").unwrap();
     assert_eq!((answer.reason, answer.operation.progress), (WaitReason::Changed, 25));
 }
+
+/// A late report (or a duplicate copy of the job, or a worker starting the
+/// job over after a crash) never rewinds what the operation shows: the phase,
+/// like progress, only moves forward, and such a report is no change for
+/// `:wait` (the revision stays).
+#[tokio::test]
+async fn a_late_report_never_rewinds_the_phase() {
+    use diesel::{ExpressionMethods, QueryDsl};
+    use vid_db::schema::operations;
+    let api = TestApi::start(&[]).await;
+    let (_, client, op) = tenant_with_operation(&api).await;
+    let revision = || async {
+        let mut conn = api.state.db.get().await.unwrap();
+        operations::table.filter(operations::id.eq(&op)).select(operations::revision).first::<i64>(&mut conn).await.unwrap()
+    };
+    progress(&api, &op, Phase::Transcoding, 50).await;
+    let at = revision().await;
+
+    lifecycle::record_progress(&api.state.db, &api.state.topology, &op, Some(Phase::Downloading), 5).await.unwrap();
+    let shown = client.get_operation(&op).await.unwrap();
+    assert_eq!((shown.status, shown.progress, shown.metadata.phase), (OperationStatus::Running, 50, Some(Phase::Transcoding)));
+    assert_eq!(revision().await, at, "a report that changes nothing shown is no change");
+
+    // Moving on is still seen.
+    progress(&api, &op, Phase::Uploading, 90).await;
+    let shown = client.get_operation(&op).await.unwrap();
+    assert_eq!((shown.progress, shown.metadata.phase), (90, Some(Phase::Uploading)));
+    assert!(revision().await > at);
+}
+
+/// `:wait` reads its optional body itself; past the api's JSON limit it is a
+/// `413 body_too_large` problem (RFC 9457) like every other body, not
+/// actix's plain-text answer; bad JSON is `400 invalid_json`.
+#[tokio::test]
+async fn wait_bodies_past_the_limit_or_malformed_are_problems() {
+    let api = TestApi::start(&[]).await;
+    let (tenant, key) = vid_api::auth::create_tenant(&api.state.db, "waiter").await.unwrap();
+    let op = new_operation(&api, &tenant).await;
+    let http = reqwest::Client::new();
+    let url = format!("{}/operations/{op}:wait", api.url);
+    let limit = vid_api::routes::uploads::MAX_COMPLETE_BODY_BYTES;
+    let cases = [
+        (format!("{{\"timeout_seconds\": 0{}}}", " ".repeat(limit)), 413, "body_too_large"),
+        ("{\"timeout_seconds\": ".to_owned(), 400, "invalid_json"),
+    ];
+    for (body, status, code) in cases {
+        let resp = http.post(&url).bearer_auth(&key).header("content-type", "application/json").body(body).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status);
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+        let problem: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(problem["code"], code, "{problem}");
+    }
+    // Just under the limit is read (and answers at once: timeout 0).
+    let body = format!("{{\"timeout_seconds\": 0{}}}", " ".repeat(limit - 30));
+    let resp = http.post(&url).bearer_auth(&key).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}

@@ -269,3 +269,53 @@ fn carphone_smaller_than_360p_gets_one_rendition_at_its_size() {
     assert_eq!((o.source.width, o.source.height), (176, 144));
     check_outputs(&o, &[("144p", 192, 144)], false);
 }
+
+/// A variable-frame-rate clip that holds its last frame (a screen recording
+/// or slideshow ending on a still): five frames of 40 ms, then one of 5 s.
+/// Every frame decodes, so it is not truncated: the decoded length counts the
+/// last frame's own duration, not one frame at the average rate (1.07 s); and
+/// the renditions show the still until the end.
+#[test]
+fn a_vfr_clip_holding_its_last_frame_is_not_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_owned();
+    ffmpeg(&["-f", "lavfi", "-i", "testsrc=size=320x240", "-frames:v", "1", &p("b.png")]);
+    ffmpeg(&["-f", "lavfi", "-i", "smptebars=size=320x240", "-frames:v", "1", &p("c.png")]);
+    let mut list = String::new();
+    for _ in 0..5 {
+        list.push_str(&format!("file '{}'\nduration 0.04\n", p("b.png")));
+    }
+    list.push_str(&format!("file '{}'\nduration 5\n", p("c.png")));
+    std::fs::write(p("list.txt"), list).unwrap();
+    ffmpeg(&[
+        "-f",
+        "concat",
+        "-safe",
+        "0",
+        "-i",
+        &p("list.txt"),
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        "-fps_mode",
+        "vfr",
+        &p("held0.mp4"),
+    ]);
+    // The concat demuxer drops the last entry's duration: set it on the packet.
+    ffmpeg(&["-i", &p("held0.mp4"), "-c", "copy", "-bsf:v", "setts=duration=if(eq(N\\,5)\\,5/TB\\,DURATION)", &p("held.mp4")]);
+    let probe = ffprobe(Path::new(&p("held.mp4")));
+    let stream_secs: f64 = probe["streams"][0]["duration"].as_str().unwrap().parse().unwrap();
+    assert!((stream_secs - 5.2).abs() < 0.05, "the clip is as meant: {probe}");
+
+    let o = run(Path::new(&p("held.mp4")), &dir.path().join("out")).expect("every frame decodes: not truncated");
+    assert!((o.transcoded.decoded_seconds - 5.2).abs() < 0.05, "{}", o.transcoded.decoded_seconds);
+    // The outputs keep the still on screen to the end, not 0.2 s long.
+    for r in &o.transcoded.renditions {
+        let out = ffprobe(&r.path);
+        let secs: f64 = out["format"]["duration"].as_str().unwrap().parse().unwrap();
+        assert!(secs > 5.0 && secs < 5.3, "{}: {secs} s", r.name);
+    }
+}

@@ -62,3 +62,29 @@ pub struct Page<T> {
     /// Pass as `cursor` to get the next page; `null` on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// Reads a whole request body of at most `limit` bytes, for handlers that
+/// look at the raw bytes before parsing them (an empty body means defaults).
+///
+/// Errors are problem responses (RFC 9457): `413 body_too_large` past
+/// `limit` (the api's JSON limit, [`uploads::MAX_COMPLETE_BODY_BYTES`]), and
+/// `400 invalid_json` if reading the body fails.
+pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, actix_web::HttpResponse> {
+    use futures::StreamExt;
+    use vid_core::Problem;
+    let mut bytes = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| {
+            crate::error::problem_response(
+                Problem::new(400, "invalid_json", "Bad request").with_detail(format!("reading the body failed: {e}")),
+            )
+        })?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(crate::error::problem_response(
+                Problem::new(413, "body_too_large", "Body too large").with_detail(format!("the body is larger than {limit} bytes")),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes.freeze())
+}

@@ -317,9 +317,18 @@ async fn watch_operation(
         (status = 503, response = crate::openapi::Unavailable),
     ),
 )]
-async fn wait_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>, body: web::Bytes) -> ApiResult<HttpResponse> {
+async fn wait_operation(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    path: web::Path<String>,
+    payload: web::Payload,
+) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
     let id: OperationId = parse_id(&path)?;
+    let body = match crate::routes::read_body(payload, crate::routes::uploads::MAX_COMPLETE_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(problem) => return Ok(problem),
+    };
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
         WaitOperation::default()
     } else {

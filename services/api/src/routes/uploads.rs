@@ -647,24 +647,12 @@ async fn complete_upload(
 /// in `lib.rs`: `application/json`, at most 64 KiB, unknown fields refused),
 /// and `null` means no part list. `Err` is the problem response to send:
 /// `400 invalid_json`, `413 body_too_large` or `415 unsupported_media_type`.
-async fn complete_body(http: &HttpRequest, mut payload: web::Payload) -> Result<CompleteUpload, HttpResponse> {
-    let mut bytes = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            problem_response(Problem::new(400, "invalid_json", "Bad request").with_detail(format!("reading the body failed: {e}")))
-        })?;
-        if bytes.len() + chunk.len() > MAX_COMPLETE_BODY_BYTES {
-            return Err(problem_response(
-                Problem::new(413, "body_too_large", "Body too large")
-                    .with_detail(format!("the body is larger than {MAX_COMPLETE_BODY_BYTES} bytes")),
-            ));
-        }
-        bytes.extend_from_slice(&chunk);
-    }
+async fn complete_body(http: &HttpRequest, payload: web::Payload) -> Result<CompleteUpload, HttpResponse> {
+    let bytes = crate::routes::read_body(payload, MAX_COMPLETE_BODY_BYTES).await?;
     if bytes.is_empty() {
         return Ok(CompleteUpload::default());
     }
-    let mut replay = actix_web::dev::Payload::from(bytes.freeze());
+    let mut replay = actix_web::dev::Payload::from(bytes);
     match web::Json::<Option<CompleteUpload>>::from_request(http, &mut replay).await {
         Ok(json) => Ok(json.into_inner().unwrap_or_default()),
         Err(e) => Err(e.error_response()),

@@ -185,6 +185,14 @@ pub fn transcode(
     let mut packets = 0u64;
     let mut last_pts: Option<i64> = None;
     let mut first_pts: Option<i64> = None;
+    // Where the last decoded frame ends (its pts plus its own duration, when
+    // the container gives one): a variable-frame-rate source may hold its
+    // last frame for seconds, which one frame at the average rate misses.
+    let mut last_end: Option<i64> = None;
+    // The frame before the last one's pts, and a reference (not a copy) to
+    // the last decoded frame: see "A held last frame" below.
+    let mut prev_pts: Option<i64> = None;
+    let mut held = frame::Video::empty();
     let mut best_fraction = 0.0f64;
 
     // Pushes the decoded frames out of the decoder, through the graph, into the encoders.
@@ -208,9 +216,19 @@ pub fn transcode(
                         pts = l + 1;
                     }
                 }
+                prev_pts = last_pts;
                 last_pts = Some(pts);
+                last_end = Some(pts + decoded.packet().duration.max(0));
                 first_pts.get_or_insert(pts);
                 decoded.set_pts(Some(pts));
+                // SAFETY: both are valid AVFrames owned by this function;
+                // av_frame_ref only adds a reference to the decoded buffers.
+                unsafe {
+                    ffmpeg::ffi::av_frame_unref(held.as_mut_ptr());
+                    if ffmpeg::ffi::av_frame_ref(held.as_mut_ptr(), decoded.as_ptr()) < 0 {
+                        return Err(MediaError::Internal("av_frame_ref failed (out of memory)".into()));
+                    }
+                }
                 frames += 1;
                 let secs = (pts - v_start) as f64 * f64::from(v_tb);
                 let (w, h) = (decoded.width(), decoded.height());
@@ -312,7 +330,9 @@ pub fn transcode(
         return Err(problem(problems::CORRUPT_MEDIA, format!("{decode_errors} of {packets} video packets failed to decode")).into());
     }
     let frame_secs = if frame_rate.numerator() > 0 && frame_rate.denominator() > 0 { 1.0 / f64::from(frame_rate) } else { 0.0 };
-    let decoded_seconds = (last_pts.unwrap() - first_pts.unwrap()) as f64 * f64::from(v_tb) + frame_secs;
+    let first = first_pts.unwrap();
+    let decoded_seconds =
+        ((last_pts.unwrap() - first) as f64 * f64::from(v_tb) + frame_secs).max((last_end.unwrap() - first) as f64 * f64::from(v_tb));
     if duration.is_none() && decoded_seconds <= MIN_DURATION_SECONDS {
         return Err(problem(problems::DURATION_TOO_SHORT, format!("{decoded_seconds:.3} s of video decoded")).into());
     }
@@ -325,6 +345,21 @@ pub fn transcode(
             .into());
         }
     }
+
+    // A held last frame: a variable-frame-rate source (a screen recording, a
+    // slideshow ending on a still) may show its last frame for seconds. The
+    // encoders and the MP4 muxer only see frame start times, so the outputs
+    // would end when that frame starts. Sending the same picture again one
+    // frame gap before the end keeps it on screen until the source's end.
+    if let (Some(g), Some(last), Some(end)) = (graph.as_mut(), last_pts, last_end) {
+        let gap = prev_pts.map_or(1, |p| (last - p).max(1));
+        if end - last > 2 * gap {
+            held.set_pts(Some(end - gap));
+            g.get("in").unwrap().source().add(&held).map_err(internal("repeating the held last frame"))?;
+            drain_sinks(g, &mut outputs, &mut filtered, v_tb, poster_at, &mut poster_frame, &mut poster_done)?;
+        }
+    }
+    drop(held);
 
     // Flush the graph and the encoders.
     if let Some(g) = graph.as_mut() {
