@@ -319,3 +319,44 @@ fn a_vfr_clip_holding_its_last_frame_is_not_truncated() {
         assert!(secs > 5.0 && secs < 5.3, "{}: {secs} s", r.name);
     }
 }
+
+/// The renditions are planned from the displayed size (coded × sample aspect
+/// ratio), so that size is held to the limits too: 320×240 at SAR 20:1 shows
+/// as 6400×240 and is refused, while an ordinary anamorphic SAR (PAL 16:15,
+/// 720×576 shown as 768×576) still goes through.
+#[test]
+fn a_sample_aspect_ratio_stretching_past_the_limits_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clip = |name: &str, size: &str, sar: &str| {
+        let path = dir.path().join(name);
+        ffmpeg(&[
+            "-f",
+            "lavfi",
+            "-i",
+            &format!("testsrc=size={size}:rate=25"),
+            "-t",
+            "1",
+            "-vf",
+            &format!("setsar={sar}"),
+            "-c:v",
+            "libx264",
+            "-preset",
+            "ultrafast",
+            "-pix_fmt",
+            "yuv420p",
+            path.to_str().unwrap(),
+        ]);
+        path
+    };
+    let stretched = clip("stretched.mp4", "320x240", "20/1");
+    let e = media::run_quiet(&stretched, &dir.path().join("o1"), limits(), &LADDER).unwrap_err();
+    assert!(
+        matches!(&e.0, MediaError::Permanent(p) if p.code == "dimensions_too_large" && p.detail.as_deref().unwrap_or("").contains("6400×240")),
+        "{e:?}"
+    );
+
+    let pal = clip("pal.mp4", "720x576", "16/15");
+    let o = run(&pal, &dir.path().join("o2")).expect("an ordinary SAR is accepted");
+    let first = &o.transcoded.renditions[0];
+    assert_eq!((first.name.as_str(), first.width, first.height), ("480p", 640, 480), "planned from 768×576");
+}

@@ -52,7 +52,8 @@ impl Limits {
 /// Checks a probe against `limits`.
 ///
 /// Errors: `dimensions_too_large` (coded width or height in the stream header
-/// over the limit, checked before rotation), `duration_too_short` (≤ 0.1 s),
+/// over the limit, checked before rotation, for the coded and the displayed
+/// size), `duration_too_short` (≤ 0.1 s),
 /// `duration_too_long`. An unknown duration passes here; the transcode enforces
 /// both bounds on the decoded timestamps instead. A header within the limits
 /// does not vouch for the frames: the size can change mid-stream, so the
@@ -64,6 +65,23 @@ pub fn validate(probe: &Probe, limits: &Limits) -> Result<(), Problem> {
         return Err(problem(
             problems::DIMENSIONS_TOO_LARGE,
             format!("{}×{} exceeds the limit of {}×{}", s.width, s.height, limits.max_width, limits.max_height),
+        ));
+    }
+    // The renditions are planned from the display size (coded width × sample
+    // aspect ratio): a small picture with an absurd SAR (320×240 at 20:1 shows
+    // as 6400×240) would otherwise ask for outputs far over the limits.
+    let (dw, dh) = if matches!(s.rotation.rem_euclid(360), 90 | 270) {
+        (probe.display_height, probe.display_width)
+    } else {
+        (probe.display_width, probe.display_height)
+    };
+    if limits.exceeded_by(dw, dh) {
+        return Err(problem(
+            problems::DIMENSIONS_TOO_LARGE,
+            format!(
+                "{}×{} is displayed at {dw}×{dh} (its sample aspect ratio), which exceeds the limit of {}×{}",
+                s.width, s.height, limits.max_width, limits.max_height
+            ),
         ));
     }
     if let Some(d) = s.duration_seconds {
