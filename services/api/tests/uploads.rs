@@ -405,6 +405,33 @@ async fn parallel_creates_never_exceed_the_in_flight_cap() {
     api.client().create_upload(&req(100), None).await.unwrap();
 }
 
+/// Only a tenant with a cap serialises its creates on its row: while its row
+/// is held `FOR NO KEY UPDATE` (what a capped create takes), a tenant without
+/// a cap still creates at once; once a cap is set, a create waits for the row.
+#[tokio::test]
+async fn only_capped_tenants_serialise_their_creates() {
+    use diesel_async::SimpleAsyncConnection;
+    let api = TestApi::start(&[]).await;
+    let tenant = api.tenant_id().await;
+    let hold = format!("BEGIN; SELECT 1 FROM tenants WHERE id = '{tenant}' FOR NO KEY UPDATE");
+    let mut blocker = api.state.db.get().await.unwrap();
+    blocker.batch_execute(&hold).await.unwrap();
+    let created = tokio::time::timeout(Duration::from_secs(10), api.client().create_upload(&req(100), None)).await;
+    assert!(matches!(created, Ok(Ok(_))), "a tenant without a cap does not wait on its row: {created:?}");
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+
+    api.set_upload_cap(5).await;
+    blocker.batch_execute(&hold).await.unwrap();
+    let waiting = tokio::spawn({
+        let client = api.client();
+        async move { client.create_upload(&req(100), None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished(), "a capped tenant's create waits for the row it counts under");
+    blocker.batch_execute("ROLLBACK").await.unwrap();
+    waiting.await.unwrap().expect("and goes through once the row is free");
+}
+
 /// Fix 2a: complete wins (its transaction commits while DELETE waits): DELETE is 409.
 #[tokio::test]
 async fn delete_losing_to_complete_is_409_upload_completed() {

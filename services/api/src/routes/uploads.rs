@@ -342,20 +342,32 @@ async fn count_in_flight(conn: &mut AsyncPgConnection, tenant: &TenantId, now: D
 }
 
 /// Inserts the upload unless the tenant's cap is reached; `Some((in_flight,
-/// cap))` when refused. One transaction holding the tenant's row
-/// (`FOR NO KEY UPDATE`) around the count and the insert, so concurrent
-/// creates of one tenant are serialised and never exceed the cap.
+/// cap))` when refused. For a tenant with a cap, one transaction holds the
+/// tenant's row (`FOR NO KEY UPDATE`) around the count and the insert, so its
+/// concurrent creates are serialised and never exceed the cap; a tenant
+/// without one takes no such lock.
 async fn insert_within_cap(state: &AppState, new: &NewUpload<'_>) -> ApiResult<Option<(i64, i32)>> {
     let mut conn = state.db.get().await?;
     let refused = conn
         .transaction::<Option<(i64, i32)>, ApiError, _>(|conn| {
             async move {
-                let cap: Option<i32> = tenants::table
-                    .filter(tenants::id.eq(new.tenant))
-                    .select(tenants::max_uploads_in_flight)
-                    .for_no_key_update()
-                    .first(conn)
-                    .await?;
+                // Only a tenant with a cap serialises its creates on its row
+                // (FOR NO KEY UPDATE, so the count below sees every earlier
+                // insert); without one, creates run side by side (the insert's
+                // foreign-key check takes only FOR KEY SHARE).
+                let capped: Option<i32> =
+                    tenants::table.filter(tenants::id.eq(new.tenant)).select(tenants::max_uploads_in_flight).first(conn).await?;
+                let cap = match capped {
+                    Some(_) => {
+                        tenants::table
+                            .filter(tenants::id.eq(new.tenant))
+                            .select(tenants::max_uploads_in_flight)
+                            .for_no_key_update()
+                            .first::<Option<i32>>(conn)
+                            .await?
+                    }
+                    None => None,
+                };
                 if let Some(cap) = cap {
                     let in_flight = count_in_flight(conn, new.tenant, Utc::now()).await?;
                     if in_flight >= cap as i64 {
