@@ -213,6 +213,13 @@ def refs(docs):
             problems.append(f"no ScaledObject scales on queue {q}")
     # SSRF wall: the dispatcher may not reach private, CGNAT, link-local or loopback ranges.
     must_exclude = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"]
+    # The api refuses endpoint ports outside VID__WEBHOOKS__ALLOWED_PORTS at
+    # registration; the egress policy must let exactly those through (no
+    # `ports` in a rule = every port = an empty ALLOWED_PORTS).
+    config = {}
+    for cm in by_kind.get("ConfigMap", {}).values():
+        config.update(cm.get("data") or {})
+    allowed = sorted(int(x) for x in config.get("VID__WEBHOOKS__ALLOWED_PORTS", "").split(",") if x.strip())
     np = by_kind.get("NetworkPolicy", {}).get("vid-webhook-dispatcher-egress")
     if not np:
         problems.append("NetworkPolicy vid-webhook-dispatcher-egress missing")
@@ -224,8 +231,10 @@ def refs(docs):
                     continue
                 net = ipaddress.ip_network(b["cidr"])
                 ports = sorted(p["port"] for p in rule.get("ports", []))
-                if ports != [80, 443]:
-                    problems.append(f"dispatcher ipBlock {b['cidr']} allows ports {ports}, not only 80/443")
+                if ports != allowed:
+                    problems.append(f"dispatcher ipBlock {b['cidr']} allows ports {ports or 'all'}, but "
+                                    f"VID__WEBHOOKS__ALLOWED_PORTS is {allowed or 'any'}: the api would accept endpoints "
+                                    f"the dispatcher cannot reach, or refuse ones it can")
                 if net.version == 4:
                     if not set(must_exclude) <= set(b.get("except", [])):
                         problems.append(f"dispatcher ipBlock {b['cidr']} does not exclude {must_exclude}")

@@ -48,8 +48,13 @@ pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Resul
 
 /// Settings that are lists; their environment variables are comma-separated
 /// (`VID__UPLOADS__ALLOWED_CONTENT_TYPES=video/mp4,video/webm`).
-pub const LIST_KEYS: &[&str] =
-    &["webhooks.allow_cidrs", "uploads.allowed_content_types", "dispatcher.retry_schedule_seconds", "transcoder.ladder"];
+pub const LIST_KEYS: &[&str] = &[
+    "webhooks.allow_cidrs",
+    "webhooks.allowed_ports",
+    "uploads.allowed_content_types",
+    "dispatcher.retry_schedule_seconds",
+    "transcoder.ladder",
+];
 
 /// `[database]`: PostgreSQL.
 #[derive(Debug, Clone, Deserialize)]

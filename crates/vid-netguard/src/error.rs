@@ -32,6 +32,15 @@ pub enum UrlError {
         /// The scheme that was given.
         scheme: String,
     },
+    /// The URL's port (explicit, or its scheme's default) is not one of the
+    /// policy's [`allowed_ports`](crate::UrlPolicy::allowed_ports).
+    #[error("port {port} is not allowed; webhook URLs may use port {}", ports_list(.allowed))]
+    PortNotAllowed {
+        /// The port the URL names.
+        port: u16,
+        /// The ports that are allowed.
+        allowed: Vec<u16>,
+    },
     /// The URL carries credentials (`user:password@host`), which would leak
     /// into logs and the `Authorization` header.
     #[error("URLs with credentials (user:password@host) are not allowed")]
@@ -77,6 +86,16 @@ pub enum UrlError {
     },
 }
 
+fn ports_list(ports: &[u16]) -> String {
+    let mut ports = ports.to_vec();
+    ports.sort_unstable();
+    let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+    match list.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => list.join(""),
+    }
+}
+
 fn blocked_message(host: Option<&str>, blocked: &BlockedAddress) -> String {
     match host {
         Some(host) => format!("`{host}` resolves to a refused address: {blocked}; webhooks may only target globally routable addresses"),
@@ -94,6 +113,7 @@ impl UrlError {
             UrlError::InvalidUrl { .. } => "invalid_url",
             UrlError::SchemeNotAllowed { .. } => "scheme_not_allowed",
             UrlError::HttpsRequired { .. } => "https_required",
+            UrlError::PortNotAllowed { .. } => "port_not_allowed",
             UrlError::UserinfoNotAllowed => "userinfo_not_allowed",
             UrlError::FragmentNotAllowed => "fragment_not_allowed",
             UrlError::MissingHost => "missing_host",

@@ -58,10 +58,11 @@ impl AddressPolicy {
 /// ```toml
 /// require_https = true
 /// allow_cidrs = ["10.20.0.0/16"]
+/// allowed_ports = [443, 80]   # empty or absent: any port
 /// ```
 ///
 /// `Default` is `require_https = false` with an empty allow-list (global
-/// addresses only). Production settings should normally set
+/// addresses only) and any port. Production settings should normally set
 /// `require_https = true`; see also [`UrlPolicy::strict`].
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "UrlPolicyRepr", into = "UrlPolicyRepr")]
@@ -70,12 +71,18 @@ pub struct UrlPolicy {
     pub require_https: bool,
     /// Which resolved or literal addresses are acceptable.
     pub addresses: AddressPolicy,
+    /// The TCP ports a URL may name (explicitly or by its scheme's default,
+    /// 80/443); empty means any. Set it to what the network lets the
+    /// dispatcher reach (e.g. a Kubernetes egress policy allowing 80 and 443),
+    /// so other ports are refused when the endpoint is registered instead of
+    /// timing out at every delivery.
+    pub allowed_ports: Vec<u16>,
 }
 
 impl UrlPolicy {
     /// `https` required, empty allow-list.
     pub fn strict() -> Self {
-        Self { require_https: true, addresses: AddressPolicy::default() }
+        Self { require_https: true, addresses: AddressPolicy::default(), allowed_ports: Vec::new() }
     }
 
     /// Builder-style: set [`require_https`](Self::require_https).
@@ -90,6 +97,21 @@ impl UrlPolicy {
         self
     }
 
+    /// Builder-style: replace [`allowed_ports`](Self::allowed_ports) (empty: any).
+    pub fn with_allowed_ports(mut self, allowed_ports: Vec<u16>) -> Self {
+        self.allowed_ports = allowed_ports;
+        self
+    }
+
+    /// Whether a URL may name `port`: [`UrlError::PortNotAllowed`](crate::UrlError::PortNotAllowed) if not.
+    pub fn check_port(&self, port: u16) -> Result<(), crate::UrlError> {
+        if self.allowed_ports.is_empty() || self.allowed_ports.contains(&port) {
+            Ok(())
+        } else {
+            Err(crate::UrlError::PortNotAllowed { port, allowed: self.allowed_ports.clone() })
+        }
+    }
+
     /// Shorthand for [`AddressPolicy::check_ip`] on [`addresses`](Self::addresses).
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), BlockedAddress> {
         self.addresses.check_ip(ip)
@@ -102,16 +124,17 @@ impl UrlPolicy {
 struct UrlPolicyRepr {
     require_https: bool,
     allow_cidrs: Vec<IpNet>,
+    allowed_ports: Vec<u16>,
 }
 
 impl From<UrlPolicyRepr> for UrlPolicy {
     fn from(r: UrlPolicyRepr) -> Self {
-        Self { require_https: r.require_https, addresses: AddressPolicy::new(r.allow_cidrs) }
+        Self { require_https: r.require_https, addresses: AddressPolicy::new(r.allow_cidrs), allowed_ports: r.allowed_ports }
     }
 }
 
 impl From<UrlPolicy> for UrlPolicyRepr {
     fn from(p: UrlPolicy) -> Self {
-        Self { require_https: p.require_https, allow_cidrs: p.addresses.allow_cidrs }
+        Self { require_https: p.require_https, allow_cidrs: p.addresses.allow_cidrs, allowed_ports: p.allowed_ports }
     }
 }

@@ -155,7 +155,7 @@ impl Resolve for StaticResolver {
 /// * A domain host is resolved once with `resolver`; the URL is refused if
 ///   **any** answer is refused by `policy` (not just the first), or if
 ///   there is no answer.
-/// * `policy.require_https` is re-applied.
+/// * `policy.require_https` and `policy.allowed_ports` are re-applied.
 ///
 /// Returned addresses carry the URL's port (the resolver's ports are
 /// ignored), IPv4-mapped IPv6 answers are returned as plain IPv4
@@ -169,6 +169,7 @@ pub async fn resolve_checked<R: Resolve + ?Sized>(url: &WebhookUrl, policy: &Url
         return Err(UrlError::HttpsRequired { scheme: url.scheme().to_owned() });
     }
     let port = url.port();
+    policy.check_port(port)?;
     let name = match url.host() {
         WebhookHost::Ip(ip) => {
             policy.check_ip(*ip).map_err(|blocked| UrlError::BlockedAddress { host: None, blocked })?;

@@ -72,7 +72,8 @@ impl WebhookUrl {
     ///    `https` if `policy.require_https` → [`UrlError::HttpsRequired`];
     /// 4. no userinfo, not even an empty `@` → [`UrlError::UserinfoNotAllowed`];
     /// 5. no fragment, not even an empty `#` → [`UrlError::FragmentNotAllowed`];
-    /// 6. a host and a non-zero port (default 80/443 per scheme);
+    /// 6. a host and a non-zero port (default 80/443 per scheme), one of
+    ///    `policy.allowed_ports` unless that is empty → [`UrlError::PortNotAllowed`];
     /// 7. IP-literal hosts are checked with [`UrlPolicy::check_ip`] →
     ///    [`UrlError::BlockedAddress`]. The WHATWG parser turns every IPv4
     ///    notation (decimal `2130706433`, octal `0177.0.0.1`, hex
@@ -152,6 +153,7 @@ impl WebhookUrl {
         if port == 0 {
             return Err(UrlError::invalid("port 0 is not allowed"));
         }
+        policy.check_port(port)?;
 
         if let WebhookHost::Ip(ip) = host {
             policy.check_ip(ip).map_err(|blocked| UrlError::BlockedAddress { host: None, blocked })?;

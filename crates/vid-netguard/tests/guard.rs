@@ -451,6 +451,43 @@ async fn https_required_refuses_http() {
     assert_eq!(err.code(), "https_required");
 }
 
+/// `allowed_ports` (what the network lets the dispatcher reach): other
+/// ports, explicit or a scheme's default, are refused at registration with
+/// `port_not_allowed`, and again at delivery if the policy narrowed since.
+/// Empty means any port. Nothing is resolved or connected for a refusal.
+#[tokio::test]
+async fn ports_outside_allowed_ports_are_refused() {
+    let web = UrlPolicy::strict().with_require_https(false).with_allowed_ports(vec![443, 80]);
+    let resolver = resolver();
+    for ok in ["https://hooks.example.com/", "https://hooks.example.com:443/x", "http://hooks.example.com/", "https://93.184.216.34:80/"] {
+        assert!(check_registration(ok, &web, &resolver).await.is_ok(), "{ok}");
+    }
+    for (input, port) in
+        [("https://hooks.example.com:8443/", 8443), ("http://93.184.216.34:8080/", 8080), ("https://[2606:2800::1]:22/", 22)]
+    {
+        let err = check_registration(input, &web, &resolver).await.unwrap_err();
+        assert_eq!(err.code(), "port_not_allowed", "{input}");
+        assert!(matches!(&err, UrlError::PortNotAllowed { port: p, allowed } if *p == port && allowed == &vec![443, 80]), "{err:?}");
+        assert_eq!(err.to_string(), format!("port {port} is not allowed; webhook URLs may use port 80 or 443"));
+    }
+    let only_tls = UrlPolicy::strict().with_allowed_ports(vec![443]);
+    let err = check_registration("https://hooks.example.com:444/", &only_tls, &resolver).await.unwrap_err();
+    assert_eq!(err.to_string(), "port 444 is not allowed; webhook URLs may use port 443");
+
+    // Empty: any port.
+    assert!(check_registration("https://hooks.example.com:8443/", &UrlPolicy::strict(), &resolver).await.is_ok());
+
+    // Re-applied at delivery.
+    let url = WebhookUrl::parse("https://hooks.example.com:8443/", &UrlPolicy::strict()).unwrap();
+    let err = resolve_checked(&url, &web, &resolver).await.unwrap_err();
+    assert_eq!(err.code(), "port_not_allowed");
+
+    // From settings.
+    let p: UrlPolicy = serde_json::from_str(r#"{"allowed_ports": [443]}"#).unwrap();
+    assert_eq!(p.allowed_ports, vec![443]);
+    assert!(serde_json::from_str::<UrlPolicy>(r#"{"allowed_ports": [70000]}"#).is_err());
+}
+
 #[test]
 fn userinfo_refused() {
     let policy = UrlPolicy::default();

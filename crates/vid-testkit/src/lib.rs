@@ -66,7 +66,8 @@ pub async fn empty_database() -> String {
 
 /// Settings of type `T` as a service would load them with `VID_PROFILE=test`,
 /// plus the stack's `.local/stack.env` values, plus `overrides`
-/// (`("database.url", "…")`, dotted keys). Touches no environment variable.
+/// (`("database.url", "…")`, dotted keys; list settings, see
+/// `vid_infra::settings::LIST_KEYS`, comma-separated). Touches no environment variable.
 pub fn settings<T: DeserializeOwned>(overrides: &[(&str, &str)]) -> T {
     let dir = repo_root().join("config");
     let mut builder = config::Config::builder()
@@ -78,7 +79,14 @@ pub fn settings<T: DeserializeOwned>(overrides: &[(&str, &str)]) -> T {
         }
     }
     for (k, v) in overrides {
-        builder = builder.set_override(*k, *v).expect("override");
+        builder = if vid_infra::settings::LIST_KEYS.contains(k) {
+            // Comma-separated, as in the environment (`"443,80"`).
+            let items: Vec<String> = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+            builder.set_override(*k, items)
+        } else {
+            builder.set_override(*k, *v)
+        }
+        .expect("override");
     }
     builder.build().expect("settings build").try_deserialize().expect("settings deserialize")
 }

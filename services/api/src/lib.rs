@@ -67,8 +67,10 @@ impl Application {
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
         settings.amqp.check()?;
         settings.s3.check()?;
-        let url_policy =
-            UrlPolicy::strict().with_require_https(settings.webhooks.require_https).with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
+        let url_policy = UrlPolicy::strict()
+            .with_require_https(settings.webhooks.require_https)
+            .with_allow_cidrs(settings.webhooks.allow_cidrs.clone())
+            .with_allowed_ports(settings.webhooks.allowed_ports.clone());
         vid_infra::metrics::install();
         let db = vid_db::pool(&settings.database)?;
         let (draining, draining_view) = Draining::new(Duration::from_secs(settings.api.stream_drain_seconds));

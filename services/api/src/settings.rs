@@ -84,6 +84,10 @@ pub struct WebhookSettings {
     pub allow_cidrs: Vec<ipnet::IpNet>,
     /// Refuse `http://` endpoint URLs.
     pub require_https: bool,
+    /// The ports endpoint URLs may use (empty: any): what the network lets the
+    /// dispatcher reach; see `vid_netguard::UrlPolicy::allowed_ports`.
+    #[serde(default)]
+    pub allowed_ports: Vec<u16>,
     /// 64 hex characters: the AES-256-GCM key sealing endpoint secrets.
     pub secret_key: SecretString,
     /// How long a rotated-out secret keeps signing, in seconds.

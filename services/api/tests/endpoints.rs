@@ -131,6 +131,23 @@ async fn a_refused_patch_changes_nothing() {
     }
 }
 
+/// With `webhooks.allowed_ports` set (k8s/base: 443,80, what the dispatcher's
+/// egress policy lets through), an endpoint on another port is refused at
+/// registration and on update, instead of timing out at every delivery.
+#[tokio::test]
+async fn endpoint_ports_outside_allowed_ports_are_refused() {
+    let api = TestApi::start(&[("webhooks.allowed_ports", "443,80")]).await;
+    let (status, ok) = create(&api, json!({ "url": URL_A, "event_types": ["video.ready"] })).await;
+    assert_eq!(status, 201, "{ok}");
+    let (status, refused) = create(&api, json!({ "url": "https://93.184.216.34:8443/hooks", "event_types": ["video.ready"] })).await;
+    assert_eq!((status, refused["code"].as_str()), (422, Some("port_not_allowed")), "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("port 8443 is not allowed"), "{refused}");
+    let id = ok["id"].as_str().unwrap();
+    let (status, refused) = patch(&api, id, json!({ "url": "http://93.184.216.34:8080/" })).await;
+    assert_eq!((status, refused["code"].as_str()), (422, Some("port_not_allowed")), "{refused}");
+    assert_eq!(get(&api, id).await["url"], URL_A);
+}
+
 #[tokio::test]
 async fn empty_event_types_are_refused_on_create_like_on_update() {
     let api = TestApi::start(&[]).await;

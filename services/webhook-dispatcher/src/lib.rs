@@ -195,8 +195,10 @@ impl Dispatcher {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
         let Dispatcher { settings, resolver, observer, health, .. } = self;
         let sealing_key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())?;
-        let policy =
-            UrlPolicy::strict().with_require_https(settings.webhooks.require_https).with_allow_cidrs(settings.webhooks.allow_cidrs.clone());
+        let policy = UrlPolicy::strict()
+            .with_require_https(settings.webhooks.require_https)
+            .with_allow_cidrs(settings.webhooks.allow_cidrs.clone())
+            .with_allowed_ports(settings.webhooks.allowed_ports.clone());
         let d = &settings.dispatcher;
         vid_infra::metrics::install();
         let sender = attempt::Sender::new(

@@ -32,6 +32,9 @@ pub struct WebhookSettings {
     pub allow_cidrs: Vec<ipnet::IpNet>,
     /// Refuse `http://` endpoint URLs.
     pub require_https: bool,
+    /// The ports endpoint URLs may use (empty: any); see `vid_netguard::UrlPolicy::allowed_ports`.
+    #[serde(default)]
+    pub allowed_ports: Vec<u16>,
     /// 64 hex characters: the AES-256-GCM key that sealed the endpoint secrets.
     pub secret_key: SecretString,
 }

@@ -117,7 +117,7 @@ fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
 /// at least one type when present (absent or `null`: every type); duplicates
 /// are stored once, in the order given.
 ///
-/// Errors (422): the SSRF guard's codes (`blocked_address`, `https_required`,
+/// Errors (422): the SSRF guard's codes (`blocked_address`, `https_required`, `port_not_allowed`,
 /// `userinfo_not_allowed`, `invalid_url` (also for whitespace or control
 /// characters), `dns_failed`, …), `invalid_description`, `invalid_event_types`.
 /// Malformed JSON, unknown fields or unknown event types: 400 `invalid_json`.
