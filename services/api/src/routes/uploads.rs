@@ -29,7 +29,6 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use futures::StreamExt;
 use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 use vid_core::messages::TranscodeJob;
 use vid_core::operation::OperationStatus;
