@@ -46,8 +46,9 @@ pub enum ClientError {
         /// The start of the body.
         body: String,
     },
-    /// Network or protocol failure.
-    #[error("HTTP error: {0}")]
+    /// Network or protocol failure. Storage errors carry no URL (presigned
+    /// URLs hold a signature).
+    #[error(transparent)]
     Http(#[from] reqwest::Error),
     /// Storage refused a part after every retry.
     #[error("storage refused part {part_number}: HTTP {status}: {body}")]
@@ -56,12 +57,43 @@ pub enum ClientError {
         part_number: u32,
         /// HTTP status from storage.
         status: u16,
-        /// The start of its body.
+        /// What storage said: its S3 error code with a hint (never the
+        /// bucket or key), or the start of a body that is not an S3 error.
         body: String,
     },
-    /// Reading the file or the state file failed.
-    #[error("I/O error: {0}")]
+    /// The file to upload cannot be opened or read, or is not a regular file.
+    #[error("{}: {error}", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        error: std::io::Error,
+    },
+    /// Reading the file failed, or the upload stopped where it was asked to
+    /// ([`Uploader::stop_after_parts`](upload::Uploader::stop_after_parts)).
+    #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// Another process holds the lock on this file's upload state: it is
+    /// uploading the same file now.
+    #[error("another vidctl is uploading this file ({})", upload_id.as_ref().map_or_else(|| "its upload is being created".to_owned(), |id| format!("upload {id}")))]
+    Busy {
+        /// The upload the other process works on, once it has created it.
+        upload_id: Option<UploadId>,
+    },
+    /// The file's unfinished upload was started with another content type
+    /// than the one asked for now.
+    #[error(
+        "this file's unfinished upload {upload_id} was started as {started}, not {requested}: resume it with the same content type \
+         (or none), or abort it (`vidctl uploads abort {upload_id}`) to start afresh"
+    )]
+    ContentTypeMismatch {
+        /// The unfinished upload.
+        upload_id: UploadId,
+        /// Its content type.
+        started: String,
+        /// The content type asked for now.
+        requested: String,
+    },
     /// Waiting ran out of time.
     #[error("timed out waiting for operation {0}")]
     Timeout(OperationId),
@@ -480,12 +512,18 @@ fn parse_block(block: &[u8]) -> Result<Option<OperationEvent>, String> {
     Ok(Some(OperationEvent { id, operation }))
 }
 
+/// A query string (`application/x-www-form-urlencoded`) of the pairs that have a value.
 fn query(pairs: &[(&str, Option<&str>)]) -> String {
-    pairs
-        .iter()
-        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", v.replace('&', "%26").replace('=', "%3D").replace('+', "%2B"))))
-        .collect::<Vec<_>>()
-        .join("&")
+    let mut url = reqwest::Url::parse("http://query.invalid/").expect("a valid URL");
+    {
+        let mut q = url.query_pairs_mut();
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                q.append_pair(k, v);
+            }
+        }
+    }
+    url.query().unwrap_or_default().to_owned()
 }
 
 pub use reqwest::Method as HttpMethod;
@@ -505,7 +543,25 @@ mod tests {
         let after = rfc3339(&t);
         assert_eq!(
             query(&[("type", Some("video.ready")), ("created_after", Some(&after)), ("cursor", None)]),
-            format!("type=video.ready&created_after={after}")
+            format!("type=video.ready&created_after={}", after.replace(':', "%3A"))
         );
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(query(&[("type", Some("video.ready#x"))]), "type=video.ready%23x");
+        assert_eq!(query(&[("a", Some("x&y=z+1 %/?"))]), "a=x%26y%3Dz%2B1+%25%2F%3F");
+        assert_eq!(query(&[("a", None), ("b", None)]), "");
+    }
+
+    #[test]
+    fn error_chains_do_not_repeat_the_cause() {
+        let e = anyhow::Error::from(ClientError::Io(std::io::Error::from(std::io::ErrorKind::PermissionDenied)));
+        let text = format!("{e:#}");
+        assert_eq!(text.matches("ermission denied").count(), 1, "{text}");
+        let e = ClientError::File { path: "/x/movie.mp4".into(), error: std::io::Error::from(std::io::ErrorKind::PermissionDenied) };
+        let text = format!("{:#}", anyhow::Error::from(e));
+        assert!(text.starts_with("/x/movie.mp4: "), "{text}");
+        assert_eq!(text.matches("ermission denied").count(), 1, "{text}");
     }
 }

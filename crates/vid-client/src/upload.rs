@@ -11,7 +11,10 @@
 //! 4. The upload id is kept in a state file (under the user's cache directory,
 //!    keyed by the API URL and the file's path, size and modification time).
 //!    Running the same upload again asks `GET /uploads/{id}` which parts
-//!    storage holds and sends only the rest.
+//!    storage holds and sends only the rest. While a run works on a file it
+//!    holds an exclusive lock (`<state file>.lock`): a second run on the same
+//!    file fails at once with [`ClientError::Busy`]. When the state cannot be
+//!    saved, the upload goes on without it (see [`Progress::warning`]).
 //! 5. `POST /uploads/{id}/complete` (without a body: the server lists the parts).
 
 use std::path::{Path, PathBuf};
@@ -21,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use vid_core::upload::{CreateUpload, PartUrl, UploadStatus};
-use vid_core::UploadId;
+use vid_core::{Problem, UploadId};
 
 use crate::{Accepted, Client, ClientError};
 
@@ -50,6 +53,9 @@ pub trait Progress: Send + Sync {
     fn part_sent(&self, _part: u32) {}
     /// A part is being retried or re-signed, and why.
     fn retry(&self, _part: u32, _why: &str) {}
+    /// Something went wrong that does not stop the upload, e.g. its resume
+    /// state cannot be saved.
+    fn warning(&self, _message: &str) {}
 }
 
 /// No progress reporting.
@@ -163,12 +169,38 @@ impl<'a> Uploader<'a> {
     }
 
     /// Like [`upload_file`](Self::upload_file), reporting what was sent.
+    ///
+    /// Errors: [`ClientError::File`] when `path` cannot be read or is not a
+    /// regular file; [`ClientError::Busy`] when another process is uploading
+    /// the same file; [`ClientError::ContentTypeMismatch`] when `content_type`
+    /// differs from that of the unfinished upload it would resume.
     pub async fn upload(&self, path: &Path, content_type: Option<&str>) -> Result<UploadOutcome, ClientError> {
-        let file = std::fs::File::open(path)?;
-        let size = file.metadata()?.len();
+        let file_error = |error| ClientError::File { path: path.to_owned(), error };
+        let file = std::fs::File::open(path).map_err(file_error)?;
+        let meta = file.metadata().map_err(file_error)?;
+        if !meta.is_file() {
+            return Err(file_error(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")));
+        }
+        let size = meta.len();
         let file = Arc::new(file);
-        let state_path = self.state_path(path);
-        if let Some(existing) = self.resume_candidate(state_path.as_deref(), size).await? {
+        let mut state_path = self.state_path(path);
+        // Held until this run ends: a second run on the same file fails at once.
+        let _lock = match &state_path {
+            Some(p) => match lock_state(p) {
+                Ok(lock) => Some(lock),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let upload_id = read_state(p).map(|s| s.upload_id);
+                    return Err(ClientError::Busy { upload_id });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    self.warn_no_state(p, &e);
+                    state_path = None;
+                    None
+                }
+            },
+            None => None,
+        };
+        if let Some(existing) = self.resume_candidate(state_path.as_deref(), size, content_type).await? {
             self.progress.upload(&existing, true);
             return self.resume(&file, size, existing, state_path.as_deref()).await;
         }
@@ -189,7 +221,10 @@ impl<'a> Uploader<'a> {
         self.progress.upload(&created.id, false);
         if let Some(p) = &state_path {
             let state = UploadStateFile { api_url: self.client.base_url().to_owned(), upload_id: created.id.clone(), size_bytes: size };
-            write_state(p, &state)?;
+            if let Err(e) = write_state(p, &state) {
+                self.warn_no_state(p, &e);
+                state_path = None;
+            }
         }
         self.progress.start(size, 0);
         let parts_sent = self.send_parts(&file, &created.id, created.parts).await?;
@@ -197,7 +232,17 @@ impl<'a> Uploader<'a> {
         Ok(UploadOutcome { upload_id: created.id, resumed: false, parts_sent, parts_already_stored: Vec::new(), accepted })
     }
 
-    async fn resume_candidate(&self, state_path: Option<&Path>, size: u64) -> Result<Option<UploadId>, ClientError> {
+    fn warn_no_state(&self, path: &Path, e: &std::io::Error) {
+        let dir = path.parent().unwrap_or(path);
+        self.progress.warning(&format!("cannot save resume state in {}: {e}; this upload cannot be resumed", dir.display()));
+    }
+
+    async fn resume_candidate(
+        &self,
+        state_path: Option<&Path>,
+        size: u64,
+        content_type: Option<&str>,
+    ) -> Result<Option<UploadId>, ClientError> {
         let Some(path) = state_path else { return Ok(None) };
         let Ok(bytes) = std::fs::read(path) else { return Ok(None) };
         let state = match serde_json::from_slice::<UploadStateFile>(&bytes) {
@@ -208,13 +253,19 @@ impl<'a> Uploader<'a> {
             }
         };
         match self.client.get_upload(&state.upload_id).await {
-            Ok(u) if matches!(u.status, UploadStatus::Created | UploadStatus::Completing | UploadStatus::Completed) => Ok(Some(u.id)),
-            // Gone, aborted or expired: start afresh.
-            Ok(_) | Err(ClientError::Api(_)) => {
+            Ok(u) if matches!(u.status, UploadStatus::Created | UploadStatus::Completing | UploadStatus::Completed) => {
+                if let Some(ct) = content_type.filter(|ct| !ct.trim().eq_ignore_ascii_case(&u.content_type)) {
+                    return Err(ClientError::ContentTypeMismatch { upload_id: u.id, started: u.content_type, requested: ct.to_owned() });
+                }
+                Ok(Some(u.id))
+            }
+            // Aborted, expired or gone: start afresh.
+            Ok(_) | Err(ClientError::Api(Problem { status: 404 | 410, .. })) => {
                 let _ = std::fs::remove_file(path);
                 Ok(None)
             }
-            // The API is unreachable: say so rather than create a second upload.
+            // Anything else (unreachable, a refused key, a server error): say
+            // so and keep the state rather than create a second upload.
             Err(e) => Err(e),
         }
     }
@@ -303,7 +354,9 @@ impl<'a> Uploader<'a> {
         let mut delay = Duration::from_millis(300);
         let (mut attempts, mut resigns) = (0u32, 0u32);
         loop {
-            let failure = match self.client.http().put(&part.url).body(body.clone()).send().await {
+            // Errors lose the URL: a presigned URL is a credential.
+            let sent = self.client.http().put(&part.url).body(body.clone()).send().await.map_err(reqwest::Error::without_url);
+            let failure = match sent {
                 Ok(resp) if resp.status().is_success() => {
                     self.progress.advance(part.length);
                     return Ok(n);
@@ -327,7 +380,7 @@ impl<'a> Uploader<'a> {
                         attempts += 1;
                         let fatal = expired || url_refused(status, &text) || (status == 404 && text.contains("NoSuchUpload"));
                         if fatal || attempts >= self.max_attempts {
-                            return Err(ClientError::Storage { part_number: n, status, body: text.chars().take(300).collect() });
+                            return Err(ClientError::Storage { part_number: n, status, body: s3_summary(&text) });
                         }
                         format!("storage answered HTTP {status} {}", s3_code(&text))
                     }
@@ -365,6 +418,40 @@ impl<'a> Uploader<'a> {
 /// `<cache dir>/vidctl/uploads`, e.g. `~/.cache/vidctl/uploads`.
 pub fn default_state_dir() -> Option<PathBuf> {
     dirs::cache_dir().map(|d| d.join("vidctl/uploads"))
+}
+
+/// The exclusive lock on a state file: `<state file>.lock`, removed when
+/// dropped unless the state file is still there (the upload can be resumed).
+struct StateLock {
+    _file: std::fs::File,
+    path: PathBuf,
+    state: PathBuf,
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        if !self.state.exists() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Takes the lock of the state file `path` without waiting, creating its directory.
+fn lock_state(path: &Path) -> Result<StateLock, std::fs::TryLockError> {
+    let lock_path = path.with_extension("lock");
+    let open = || -> std::io::Result<std::fs::File> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)
+    };
+    let file = open().map_err(std::fs::TryLockError::Error)?;
+    file.try_lock()?;
+    Ok(StateLock { _file: file, path: lock_path, state: path.to_owned() })
+}
+
+fn read_state(path: &Path) -> Option<UploadStateFile> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
 }
 
 fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
@@ -406,9 +493,29 @@ fn s3_code(body: &str) -> String {
     }
 }
 
-/// An error with its causes, without the (long, presigned) URL.
+/// What an S3 error body says, for people: its code and a hint for the
+/// common ones (never the `<Resource>`, `<Key>` or `<BucketName>`, which name
+/// the bucket and object), or the start of a body that is not an S3 error.
+fn s3_summary(body: &str) -> String {
+    let tag = |t: &str| body.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v);
+    let Some(code) = tag("Code") else { return body.chars().take(300).collect() };
+    let hint = match code {
+        "NoSuchUpload" => "the upload was completed or aborted elsewhere",
+        "AccessDenied" | "SignatureDoesNotMatch" | "InvalidAccessKeyId" => "storage refused the part's URL",
+        "EntityTooLarge" | "EntityTooSmall" | "InvalidPart" | "BadDigest" | "IncompleteBody" => "storage refused the part's bytes",
+        "SlowDown" | "ServiceUnavailable" | "InternalError" => "storage is failing or overloaded; try again later",
+        _ => "",
+    };
+    if hint.is_empty() {
+        code.to_owned()
+    } else {
+        format!("{code} ({hint})")
+    }
+}
+
+/// An error with its causes (storage errors carry no URL: see `without_url`).
 fn chain(e: &reqwest::Error) -> String {
-    let mut out = e.to_string().split(" for url (").next().unwrap_or_default().to_owned();
+    let mut out = e.to_string();
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
         out.push_str(": ");
@@ -473,6 +580,42 @@ mod tests {
         assert!(!url_refused(400, "<Error><Code>InvalidPart</Code><Message>bad digest</Message></Error>"));
         assert!(!url_refused(500, aws_expired));
         assert_eq!(s3_code(aws_expired), "AccessDenied: Request has expired");
+    }
+
+    #[test]
+    fn s3_errors_are_summarised_without_bucket_or_key() {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchUpload</Code><Message>Upload not found</Message>\
+                    <Resource>/vid-media/tenants/t_1/uploads/upl_1/source</Resource><Region>garage</Region></Error>";
+        assert_eq!(s3_summary(body), "NoSuchUpload (the upload was completed or aborted elsewhere)");
+        assert_eq!(s3_summary("<Error><Code>Weird</Code><Key>tenants/x</Key></Error>"), "Weird");
+        assert_eq!(s3_summary("bad gateway"), "bad gateway");
+    }
+
+    /// A storage failure, after the last attempt, does not show the presigned URL.
+    #[tokio::test]
+    async fn storage_errors_do_not_show_the_presigned_url() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let client = Client::new(&format!("http://{closed}"), "vidk_test");
+        let path = std::env::temp_dir().join(format!("vid-client-no-url-{}", std::process::id()));
+        std::fs::write(&path, b"0123456789").unwrap();
+        let file = Arc::new(std::fs::File::open(&path).unwrap());
+        let part = PartUrl {
+            part_number: 1,
+            offset: 0,
+            length: 10,
+            url: format!("http://{closed}/vid-media/tenants/t/source?partNumber=1&X-Amz-Signature=s3cr3t"),
+            expires_at: chrono::Utc::now() + chrono::TimeDelta::hours(1),
+        };
+        let id = UploadId::generate();
+        let err = Uploader::new(&client).max_attempts(1).send_part(&file, &id, part).await.unwrap_err();
+        std::fs::remove_file(path).unwrap();
+        let mut text = format!("{err} {err:?}");
+        let mut src = std::error::Error::source(&err);
+        while let Some(s) = src {
+            text.push_str(&format!(": {s} {s:?}"));
+            src = s.source();
+        }
+        assert!(!text.contains("s3cr3t") && !text.contains("vid-media"), "{text}");
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use vid_client::upload::{Progress, Uploader};
-use vid_client::Client;
+use vid_client::{Client, ClientError};
 use vid_core::operation::OperationStatus;
 use vid_core::upload::{UploadState, UploadStatus};
 use vid_core::UploadId;
@@ -276,7 +276,9 @@ async fn a_killed_upload_resumes_and_sends_only_the_missing_parts() {
     eprintln!("run 2 stderr:\n{stderr}");
     assert_eq!(out.status.code(), Some(130), "Ctrl-C exits 130");
     assert!(stderr.contains("resuming upload") && stderr.contains(id.as_str()), "run 2 resumed the same upload: {stderr}");
-    assert!(stderr.contains("interrupted") && stderr.contains("vidctl upload"), "says how to resume: {stderr}");
+    // The state is kept per API URL: the hint names it.
+    let hint = format!("vidctl --api-url {} upload {}", stack.api_url, file.display());
+    assert!(stderr.contains("interrupted") && stderr.contains(&hint), "says how to resume ({hint}): {stderr}");
     let before_last = client.get_upload(&id).await.unwrap();
     assert_eq!(before_last.status, UploadStatus::Created);
     let held = stored(&before_last);
@@ -527,4 +529,198 @@ async fn events_list_filters_by_time_from_the_shell() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--created-after") && err.contains("RFC 3339"), "{err}");
+}
+
+/// `vidctl` without a stack: a closed port for the API.
+fn vidctl_offline(cache: &Path) -> Command {
+    let mut cmd = Command::new(vidctl_path());
+    cmd.env_remove("VIDCTL_API_URL").env("VIDCTL_API_KEY", "vidk_offline").env("XDG_CACHE_HOME", cache).stdin(Stdio::null());
+    cmd
+}
+
+fn closed_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn resuming_uploader<'a>(client: &'a Client, state_dir: &Path) -> Uploader<'a> {
+    Uploader::new(client).state_dir(Some(state_dir.to_owned())).parallel(1)
+}
+
+/// Resuming checks the upload first: an answer that does not say the upload
+/// is gone (here `401`) fails and keeps the state file, and a content type
+/// other than the upload's is refused, naming both; the upload then resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_resume_keeps_the_state_file() {
+    let stack = Stack::start(&[PART_SIZE]).await;
+    let dir = temp_dir();
+    let state_dir = dir.join("state");
+    let file = random_file(&dir, "two.mp4", 2 * 5 * MIB + 1);
+    let client = &stack.client();
+    resuming_uploader(client, &state_dir)
+        .stop_after_parts(Some(1))
+        .upload(&file, Some("video/mp4"))
+        .await
+        .expect_err("stopped after one part");
+    let state = resuming_uploader(client, &state_dir).state_path(&file).unwrap();
+    let read_id = || -> String {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).expect("the state file is kept")).unwrap();
+        v["upload_id"].as_str().unwrap().to_owned()
+    };
+    let id = read_id();
+
+    let wrong_key = &Client::new(&stack.api_url, "vidk_wrong");
+    let err = resuming_uploader(wrong_key, &state_dir).upload(&file, Some("video/mp4")).await.expect_err("the key is refused");
+    assert_eq!(err.problem().map(|p| p.status), Some(401), "{err}");
+    assert_eq!(read_id(), id, "a refused resume check keeps the state file");
+
+    let err =
+        resuming_uploader(client, &state_dir).upload(&file, Some("video/quicktime")).await.expect_err("another content type is refused");
+    let msg = err.to_string();
+    assert!(matches!(err, ClientError::ContentTypeMismatch { .. }), "{msg}");
+    assert!(msg.contains("video/mp4") && msg.contains("video/quicktime") && msg.contains(&format!("vidctl uploads abort {id}")), "{msg}");
+    assert_eq!(read_id(), id);
+
+    let outcome = resuming_uploader(client, &state_dir).upload(&file, None).await.expect("resumes");
+    assert!(outcome.resumed);
+    assert_eq!(outcome.upload_id.as_str(), id);
+    let mut sent = outcome.parts_sent.clone();
+    sent.sort_unstable();
+    assert_eq!(sent, vec![2, 3], "only the parts storage lacked");
+}
+
+/// A cache directory that cannot hold the resume state (here a file) does not
+/// stop the upload: vidctl warns that it cannot be resumed and goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unusable_state_dir_warns_and_uploads() {
+    let stack = Stack::start(&[]).await;
+    let dir = temp_dir();
+    let cache = dir.join("cache-is-a-file");
+    std::fs::write(&cache, b"x").unwrap();
+    let file = random_file(&dir, "small.mp4", 64 * 1024);
+    let out = run(vidctl(&stack, &cache).args(["--json", "upload", "--content-type", "video/mp4"]).arg(&file));
+    assert!(out.status.success(), "the upload goes on without its state");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!("warning: cannot save resume state in {}", cache.join("vidctl/uploads").display());
+    assert!(stderr.contains(&want) && stderr.contains("this upload cannot be resumed"), "{stderr}");
+    assert_eq!(stdout_json(&out)["resumed"], false);
+}
+
+/// A second upload of a file being uploaded fails at once naming the upload;
+/// when the upload is aborted meanwhile, storage's `NoSuchUpload` is told as
+/// a code and a hint, without the bucket or key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_upload_of_the_same_file_fails_at_once() {
+    let stack = Stack::start(&[]).await;
+    let dir = temp_dir();
+    let state_dir = dir.join("vidctl/uploads");
+    // One small part: storage reads all of it before answering (a large
+    // body may see the connection closed under it instead of the answer).
+    let file = random_file(&dir, "busy.mp4", 64 * 1024);
+    let client = stack.client();
+    let first = {
+        let (client, file, state_dir) = (client.clone(), file.clone(), state_dir.clone());
+        tokio::spawn(async move {
+            Uploader::new(&client)
+                .state_dir(Some(state_dir))
+                .delay_before_send(Some(Duration::from_secs(3)))
+                .upload(&file, Some("video/mp4"))
+                .await
+        })
+    };
+    let id = state_file_upload(&dir, Duration::from_secs(30)).await;
+
+    let started = Instant::now();
+    let err = Uploader::new(&client).state_dir(Some(state_dir)).upload(&file, Some("video/mp4")).await.expect_err("busy");
+    let msg = err.to_string();
+    assert!(matches!(err, ClientError::Busy { .. }), "{msg}");
+    assert!(msg.contains("another vidctl is uploading this file") && msg.contains(id.as_str()), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(2), "fails at once");
+
+    client.abort_upload(&id).await.unwrap();
+    let err = first.await.unwrap().expect_err("the aborted upload fails");
+    let msg = format!("{:#}", anyhow::Error::from(err));
+    assert!(msg.contains("NoSuchUpload") && msg.contains("completed or aborted elsewhere"), "{msg}");
+    assert!(!msg.contains("tenants/") && !msg.contains("<Resource>"), "{msg}");
+}
+
+/// With `--json`, an API that cannot be reached is an `{"error": …}` on stdout too.
+#[test]
+fn json_error_when_the_api_is_unreachable() {
+    let dir = temp_dir();
+    let closed = closed_port();
+    let out = run(vidctl_offline(&dir).args(["--json", "--api-url", &format!("http://{closed}"), "videos", "list"]));
+    assert_eq!(out.status.code(), Some(1));
+    let detail = stdout_json(&out)["error"]["detail"].as_str().unwrap().to_owned();
+    assert!(detail.contains("cannot reach the API") && detail.contains("Connection refused"), "{detail}");
+}
+
+/// "cannot reach the API" says why.
+#[test]
+fn an_unreachable_api_is_named_with_the_cause() {
+    let dir = temp_dir();
+    let closed = closed_port();
+    let out = run(vidctl_offline(&dir).args(["--api-url", &format!("http://{closed}"), "videos", "list"]));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot reach the API at http://{closed}: Connection refused")), "{stderr}");
+}
+
+/// An upper-case scheme is the same URL: the friendly message too.
+#[test]
+fn an_upper_case_scheme_is_recognised() {
+    let dir = temp_dir();
+    let closed = closed_port();
+    let out = run(vidctl_offline(&dir).args(["--api-url", &format!("HTTP://{closed}"), "videos", "list"]));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot reach the API at http://{closed}")), "{stderr}");
+}
+
+/// `--api-url` without a scheme says what is missing.
+#[test]
+fn an_api_url_without_a_scheme_is_refused_clearly() {
+    let dir = temp_dir();
+    let out = run(vidctl_offline(&dir).args(["--api-url", "127.0.0.1:8080", "videos", "list"]));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("http://127.0.0.1:8080") && !stderr.contains("relative URL"), "{stderr}");
+}
+
+/// A directory given as the file is not a regular file.
+#[test]
+fn uploading_a_directory_says_it_is_not_a_file() {
+    let dir = temp_dir();
+    let api = format!("http://{}", closed_port());
+    let out = run(vidctl_offline(&dir).args(["--api-url", &api, "upload"]).arg(&dir));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}: not a regular file", dir.display())), "{stderr}");
+}
+
+/// A file that cannot be opened is named, and the cause said once.
+#[test]
+fn a_missing_file_is_named_and_the_cause_said_once() {
+    let dir = temp_dir();
+    let api = format!("http://{}", closed_port());
+    let missing = dir.join("missing.mp4");
+    let out = run(vidctl_offline(&dir).args(["--api-url", &api, "upload"]).arg(&missing));
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("{}: No such file or directory", missing.display())), "{stderr}");
+    assert_eq!(stderr.matches("No such file or directory").count(), 1, "{stderr}");
+}
+
+/// Usage errors exit 64 (2 is an awaited operation that failed); help and version exit 0.
+#[test]
+fn usage_errors_exit_64() {
+    let dir = temp_dir();
+    for args in [&["--bogus"][..], &["upload"], &["events", "list", "--created-after", "yesterday"], &[]] {
+        let out = run(vidctl_offline(&dir).args(args));
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+    }
+    for args in [["--help"], ["--version"]] {
+        let out = run(vidctl_offline(&dir).args(args));
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty());
+    }
 }

@@ -1,7 +1,8 @@
 //! `vidctl`: the command-line client of the video platform.
 //!
 //! Exit status: 0 success; 1 an error (the API's problem is printed); 2 the
-//! awaited operation ended `failed` or `cancelled`; 130 interrupted (Ctrl-C).
+//! awaited operation ended `failed` or `cancelled`; 64 a usage error (unknown
+//! flag, bad value; `EX_USAGE`); 130 interrupted (Ctrl-C).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -275,11 +276,22 @@ fn print_problem(p: &Problem) {
     }
 }
 
+/// Exit status of usage errors (`EX_USAGE` of sysexits.h); 2 means the awaited operation failed.
+const EXIT_USAGE: i32 = 64;
+
 #[tokio::main]
 async fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` print to stdout and exit 0.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(EXIT_USAGE);
+        }
+    };
     let json = cli.json;
-    let api_url = resolve_api_url(&cli);
+    let api_url = resolve_api_url(&cli).unwrap_or_default();
     if let Err(e) = run(cli).await {
         if let Some(Exit(code)) = e.downcast_ref::<Exit>() {
             std::process::exit(*code);
@@ -295,8 +307,17 @@ async fn main() {
                 }
             }
             Some(ClientError::Http(h)) if h.is_connect() && h.url().is_some_and(|u| u.as_str().starts_with(&api_url)) => {
-                eprintln!("error: cannot reach the API at {api_url}: {h}");
+                // The innermost cause says why, e.g. "Connection refused (os error 111)".
+                let mut cause: &dyn std::error::Error = h;
+                while let Some(s) = cause.source() {
+                    cause = s;
+                }
+                let message = format!("cannot reach the API at {api_url}: {cause}");
+                eprintln!("error: {message}");
                 eprintln!("  set --api-url or VIDCTL_API_URL, or start the local stack (`make up`)");
+                if json {
+                    println!("{}", json!({ "error": { "title": "cannot reach the API", "detail": message } }));
+                }
             }
             _ => {
                 eprintln!("error: {e:#}");
@@ -317,8 +338,13 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
     s.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
-fn resolve_api_url(cli: &Cli) -> String {
-    non_empty(&cli.api_url).unwrap_or(DEFAULT_API_URL).trim_end_matches('/').to_owned()
+/// The API base URL, normalised (lower-case scheme and host, no trailing `/`).
+fn resolve_api_url(cli: &Cli) -> anyhow::Result<String> {
+    let raw = non_empty(&cli.api_url).unwrap_or(DEFAULT_API_URL);
+    match reqwest::Url::parse(raw) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(u.as_str().trim_end_matches('/').to_owned()),
+        _ => anyhow::bail!("--api-url (or VIDCTL_API_URL) {raw} is not an http:// or https:// URL; e.g. http://{raw}"),
+    }
 }
 
 /// `.local/api-key` in the current directory or the nearest parent that has one.
@@ -678,6 +704,9 @@ impl Progress for UploadProgress {
     fn retry(&self, part: u32, why: &str) {
         self.line(format!("part {part}: {why}"));
     }
+    fn warning(&self, message: &str) {
+        self.line(format!("warning: {message}"));
+    }
 }
 
 impl UploadProgress {
@@ -704,17 +733,26 @@ async fn interrupted() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-fn shell_quote(p: &Path) -> String {
-    let s = p.display().to_string();
-    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c)) {
-        s
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,:@".contains(c)) {
+        s.to_owned()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
 }
 
-async fn upload(client: &Client, args: UploadArgs, json_out: bool, bars: bool) -> anyhow::Result<()> {
-    anyhow::ensure!(args.file.is_file(), "no such file: {}", args.file.display());
+/// The command that resumes an upload of `file`: with `--api-url` when one
+/// was given (the state is kept per API URL), shell-quoted.
+fn resume_hint(api_url: Option<&str>, file: &Path) -> String {
+    let mut hint = "vidctl".to_owned();
+    if let Some(url) = api_url {
+        hint.push_str(&format!(" --api-url {}", shell_quote(url)));
+    }
+    hint.push_str(&format!(" upload {}", shell_quote(&file.display().to_string())));
+    hint
+}
+
+async fn upload(client: &Client, args: UploadArgs, json_out: bool, bars: bool, resume_hint: &str) -> anyhow::Result<()> {
     let bar = if bars { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} uploading [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
@@ -743,9 +781,8 @@ async fn upload(client: &Client, args: UploadArgs, json_out: bool, bars: bool) -
             let id = progress.upload_id.lock().unwrap().clone();
             match id {
                 Some(id) => eprintln!(
-                    "\ninterrupted: upload {id} keeps the parts already sent ({} in this run).\nRun the same command again to resume; only the missing parts are sent:\n  vidctl upload {}",
+                    "\ninterrupted: upload {id} keeps the parts already sent ({} in this run).\nRun the same command again to resume; only the missing parts are sent:\n  {resume_hint}",
                     progress.stored_parts.load(Ordering::Relaxed),
-                    shell_quote(&args.file)
                 ),
                 None => eprintln!("\ninterrupted before the upload was created; nothing to resume"),
             }
@@ -904,11 +941,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Command::Verify { secret, header, body_file, tolerance } = &cli.command {
         return verify(secret, header, body_file, *tolerance, json_out);
     }
-    let api_url = resolve_api_url(&cli);
+    let api_url = resolve_api_url(&cli)?;
     let client = Client::new(&api_url, &resolve_api_key(&cli)?);
     let bars = std::io::IsTerminal::is_terminal(&std::io::stdout()) && !json_out;
     match cli.command {
-        Command::Upload(args) => upload(&client, args, json_out, bars).await?,
+        Command::Upload(args) => {
+            let hint = resume_hint(non_empty(&cli.api_url).map(|_| api_url.as_str()), &args.file);
+            upload(&client, args, json_out, bars, &hint).await?
+        }
         Command::Operations(cmd) => match cmd {
             OperationCmd::Get { id } => {
                 let op = client.get_operation(&id).await?;
@@ -1212,6 +1252,16 @@ mod tests {
         for bad in ["yesterday", "2026-01-02", "2026-01-02T03:04:05", "1767323045"] {
             assert!(parse(&["--created-after", bad]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_resume_hint_keeps_the_api_url_and_quotes() {
+        assert_eq!(resume_hint(None, Path::new("movie.mp4")), "vidctl upload movie.mp4");
+        assert_eq!(
+            resume_hint(Some("http://10.0.0.5:8080"), Path::new("my movie's.mp4")),
+            r"vidctl --api-url http://10.0.0.5:8080 upload 'my movie'\''s.mp4'"
+        );
+        assert_eq!(resume_hint(Some("http://h/a?b=1&c"), Path::new("m")), "vidctl --api-url 'http://h/a?b=1&c' upload m");
     }
 
     #[test]
