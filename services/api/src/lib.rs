@@ -133,6 +133,16 @@ impl Application {
                 .wrap(actix_web::middleware::from_fn(error::head_as_get))
                 .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
+                // On every answer that does not set its own (the console sets a
+                // full CSP): never framed (clickjacking, e.g. of Swagger UI's
+                // "Try it out"), never content-sniffed, no Referer sent on.
+                .wrap(
+                    actix_web::middleware::DefaultHeaders::new()
+                        .add((actix_web::http::header::X_FRAME_OPTIONS, "DENY"))
+                        .add((actix_web::http::header::CONTENT_SECURITY_POLICY, "frame-ancestors 'none'"))
+                        .add((actix_web::http::header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+                        .add((actix_web::http::header::REFERRER_POLICY, "no-referrer")),
+                )
                 .app_data(data.clone())
                 .app_data(json_config())
                 .app_data(web::PathConfig::default().error_handler(|err, _| {

@@ -279,8 +279,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                 .route(web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header(("Location", "/docs/")).finish() })),
         )
         .service(
-            utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}")
-                .config(utoipa_swagger_ui::Config::new(["/openapi.json"]).persist_authorization(true)),
+            // No persist_authorization: Swagger UI would keep the API key in
+            // this origin's localStorage across browser restarts (the console
+            // keeps it per tab, in sessionStorage).
+            utoipa_swagger_ui::SwaggerUi::new("/docs/{_:.*}").config(utoipa_swagger_ui::Config::new(["/openapi.json"])),
         );
 }
 

@@ -58,9 +58,25 @@ async fn endpoint_count(api: &TestApi) -> usize {
 }
 
 #[tokio::test]
-async fn a_control_character_in_the_description_is_refused_on_create_and_update() {
+async fn control_and_bidi_characters_in_the_description_are_refused_on_create_and_update() {
     let api = TestApi::start(&[]).await;
-    for bad in ["a\u{0}b", "\u{0}", "bell\u{7}", "line\nbreak", "tab\there", "del\u{7f}", "c1\u{85}"] {
+    // Controls, and what misleads on display: bidi overrides/isolates,
+    // zero-width characters, BOM, line and paragraph separators.
+    for bad in [
+        "a\u{0}b",
+        "\u{0}",
+        "bell\u{7}",
+        "line\nbreak",
+        "tab\there",
+        "del\u{7f}",
+        "c1\u{85}",
+        "prod\u{202E}gnits",
+        "x\u{2066}y",
+        "a\u{200B}b",
+        "\u{FEFF}a",
+        "a\u{2028}b",
+        "a\u{2029}b",
+    ] {
         let (status, body) = create(&api, json!({ "url": URL_A, "description": bad })).await;
         assert_eq!((status, body["code"].as_str()), (422, Some("invalid_description")), "{bad:?}: {body}");
     }

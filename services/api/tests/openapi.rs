@@ -219,6 +219,17 @@ async fn the_docs_ui_is_served_from_the_binary() {
     assert!(!html.contains("http://") && !html.contains("https://"), "{html}");
     let init = http.get(format!("{}/docs/swagger-initializer.js", api.url)).send().await.unwrap().text().await.unwrap();
     assert!(init.contains("/openapi.json"), "{init}");
+    // The API key typed into "Authorize" is not kept in localStorage.
+    assert!(!init.contains("persistAuthorization\": true") && !init.contains("persistAuthorization: true"), "{init}");
+    // Not framable (clickjacking "Try it out"), not sniffed, no Referer.
+    for path in ["/docs/", "/docs/swagger-initializer.js", "/openapi.json", "/healthz"] {
+        let resp = http.get(format!("{}{path}", api.url)).send().await.unwrap();
+        let h = resp.headers();
+        assert_eq!(h["x-frame-options"], "DENY", "{path}");
+        assert!(h["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"), "{path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
+        assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
+    }
     for asset in ["swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js"] {
         let resp = http.get(format!("{}/docs/{asset}", api.url)).send().await.unwrap();
         assert_eq!(resp.status(), 200, "{asset}");

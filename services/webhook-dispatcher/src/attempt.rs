@@ -79,7 +79,8 @@ pub struct Answer {
     pub status: u16,
     /// The raw `Retry-After` header, if any (parsed by [`crate::retry::parse_retry_after`]).
     pub retry_after: Option<String>,
-    /// The raw `Location` header, if any (recorded for redirects, never followed).
+    /// The `Location` header, if any (recorded for redirects, never
+    /// followed), cut to [`MAX_LOCATION_BYTES`].
     pub location: Option<String>,
     /// The first `max_response_body_bytes` of the body, as lossy UTF-8.
     pub body: String,
@@ -361,7 +362,9 @@ impl Sender {
         let header =
             |name: http::header::HeaderName| response.headers().get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let retry_after = header(http::header::RETRY_AFTER);
-        let location = header(http::header::LOCATION);
+        // Kept for the delivery log (a redirect is not followed): capped like
+        // the body, so a receiver cannot store megabytes per attempt through it.
+        let location = header(http::header::LOCATION).map(|l| snippet(l.as_bytes(), MAX_LOCATION_BYTES));
         let mut body = response.into_body();
         let mut buf = Vec::new();
         // The status is what counts; a body that trickles past the deadline is
@@ -449,6 +452,9 @@ fn url_error(e: UrlError) -> Outcome {
     };
     Outcome::failed(class, format!("{}: {e}", e.code()))
 }
+
+/// The most of a redirect's `Location` kept in the delivery log, in bytes.
+pub const MAX_LOCATION_BYTES: usize = 512;
 
 /// The first `max` bytes as UTF-8 (invalid sequences replaced), cut at a
 /// character boundary, without NUL (which PostgreSQL text refuses).

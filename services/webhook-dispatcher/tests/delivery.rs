@@ -184,6 +184,29 @@ async fn a_hanging_endpoint_times_out_without_delaying_another() {
     d.stop().await;
 }
 
+/// A receiver cannot bloat the delivery log through a redirect: the
+/// `Location` kept in the attempt's error detail is cut to
+/// `MAX_LOCATION_BYTES`, like the body is to `max_response_body_bytes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_redirect_location_is_cut() {
+    let w = World::new(&[]).await;
+    let huge = format!("https://hooks.example.com/{}", "a".repeat(20_000));
+    let rx = Receiver::start(Arc::new(move |_, _| Reply::Status(302, vec![("location", huge.clone())]))).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let d = w.start(no_dns());
+    w.publish().await;
+    let attempts = eventually(WAIT, "an attempt", || async {
+        let a = w.attempts(&endpoint).await;
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    d.stop().await;
+    let detail = attempts[0].error_detail.clone().unwrap();
+    assert!(detail.contains("https://hooks.example.com/aaaa"), "{detail}");
+    let max = vid_webhook_dispatcher::attempt::MAX_LOCATION_BYTES;
+    assert!(detail.len() <= max + 40, "{} bytes kept of a 20 kB Location", detail.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_not_followed() {
     let w = World::new(&[]).await;

@@ -154,15 +154,17 @@ async fn enable_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::
                 ))
                 .execute(conn)
                 .await?;
-            diesel::update(dl::table.filter(dl::endpoint_id.eq(&ep_id)).filter(dl::status.eq("paused")))
-                .set((
-                    dl::status.eq("pending"),
-                    dl::next_attempt_at.eq(now),
-                    dl::locked_until.eq(None::<DateTime<Utc>>),
-                    dl::updated_at.eq(now),
-                ))
-                .execute(conn)
-                .await?;
+            diesel::update(
+                dl::table.filter(dl::endpoint_id.eq(&ep_id)).filter(dl::tenant_id.eq(&tenant_id)).filter(dl::status.eq("paused")),
+            )
+            .set((
+                dl::status.eq("pending"),
+                dl::next_attempt_at.eq(now),
+                dl::locked_until.eq(None::<DateTime<Utc>>),
+                dl::updated_at.eq(now),
+            ))
+            .execute(conn)
+            .await?;
             Ok(())
         }
         .scope_boxed()

@@ -77,17 +77,19 @@ async fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
 pub const MAX_DESCRIPTION_BYTES: usize = 1024;
 
 /// A description is free text of at most [`MAX_DESCRIPTION_BYTES`] without
-/// control characters (Unicode `Cc`: U+0000–U+001F, U+007F–U+009F, so also
-/// no tab or line break). Refused: 422 `invalid_description`. Checked here
+/// characters unsafe to display ([`crate::routes::unsafe_to_display`]:
+/// controls, so also no tab or line break; bidi overrides such as U+202E and
+/// zero-width characters; line/paragraph separators). Refused: 422
+/// `invalid_description`. Checked here
 /// rather than left to PostgreSQL, which refuses U+0000 in `text` (a 500).
 fn check_description(d: &str) -> ApiResult<()> {
     if d.len() > MAX_DESCRIPTION_BYTES {
         return Err(ApiError::unprocessable("invalid_description", format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
     }
-    if let Some(c) = d.chars().find(|c| c.is_control()) {
+    if let Some(c) = d.chars().find(|c| crate::routes::unsafe_to_display(*c)) {
         return Err(ApiError::unprocessable(
             "invalid_description",
-            format!("description may not contain control characters (found U+{:04X})", u32::from(c)),
+            format!("description may not contain control, format or line/paragraph separator characters (found U+{:04X})", u32::from(c)),
         ));
     }
     Ok(())

@@ -88,3 +88,16 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::B
     }
     Ok(bytes.freeze())
 }
+
+/// Whether `c` may not appear in text a tenant gives for display (filenames,
+/// endpoint descriptions): Unicode general category Cc (control), Cf (format:
+/// the bidirectional overrides and isolates such as U+202E that make
+/// `exe.mp4` display as `mp4.exe`, zero-width characters, U+FEFF), Zl or Zp
+/// (line and paragraph separators).
+pub fn unsafe_to_display(c: char) -> bool {
+    use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
+    matches!(
+        c.general_category(),
+        GeneralCategory::Control | GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+    )
+}

@@ -202,7 +202,10 @@ async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web:
             async move {
                 let error = Problem::new(409, "cancelled", "Operation cancelled").with_detail("cancelled at the caller's request");
                 let video_id: Option<VideoId> = diesel::update(
-                    operations::table.filter(operations::id.eq(&id)).filter(operations::status.eq_any(["pending", "running"])),
+                    operations::table
+                        .filter(operations::id.eq(&id))
+                        .filter(operations::tenant_id.eq(&tenant_id))
+                        .filter(operations::status.eq_any(["pending", "running"])),
                 )
                 .set((
                     operations::status.eq(OperationStatus::Cancelled.as_str()),

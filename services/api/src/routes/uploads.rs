@@ -29,7 +29,6 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::{AsyncConnection, AsyncPgConnection};
-use unicode_properties::{GeneralCategory, UnicodeGeneralCategory};
 use vid_core::messages::TranscodeJob;
 use vid_core::operation::OperationStatus;
 use vid_core::upload::{
@@ -156,18 +155,9 @@ fn normalize_content_type(ct: &str) -> String {
 }
 
 /// Whether `name` is acceptable as a display filename: at most 255 bytes, and
-/// no character of Unicode general category Cc (control), Cf (format: the
-/// bidirectional overrides and isolates such as U+202E that make `exe.mp4`
-/// display as `mp4.exe`, zero-width characters, U+FEFF), Zl or Zp (line and
-/// paragraph separators).
+/// no [`unsafe_to_display`](crate::routes::unsafe_to_display) character.
 pub fn is_valid_filename(name: &str) -> bool {
-    name.len() <= 255
-        && !name.chars().any(|c| {
-            matches!(
-                c.general_category(),
-                GeneralCategory::Control | GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
-            )
-        })
+    name.len() <= 255 && !name.chars().any(crate::routes::unsafe_to_display)
 }
 
 async fn load_upload(state: &AppState, tenant: &Tenant, id: &UploadId) -> ApiResult<UploadRow> {
