@@ -500,6 +500,25 @@ try {
     await heading().filter({ hasText: 'Endpoints' }).waitFor();
   });
 
+  await step('Swagger UI at /docs renders under its strict CSP and forgets the key', async () => {
+    const resp = await fetch(`${API_URL}/docs/`);
+    const csp = resp.headers.get('content-security-policy') || '';
+    assert(csp.includes("script-src 'self'") && csp.includes("frame-ancestors 'none'"), `docs CSP: ${csp}`);
+    const docs = await browser.newPage();
+    const errors = [];
+    docs.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+    docs.on('console', (m) => { if (m.type() === 'error') errors.push(`console: ${m.text()}`); });
+    await docs.route(/^(?!http:\/\/127\.0\.0\.1[:/])/, (r) => { errors.push(`outside loopback: ${r.request().url()}`); r.abort(); });
+    await docs.goto(`${API_URL}/docs/`);
+    await docs.locator('.swagger-ui .info .title').waitFor({ timeout: 20000 });
+    await docs.locator('.swagger-ui .opblock').first().waitFor({ timeout: 20000 });
+    await docs.screenshot({ path: join(OUT, '90-docs.png') });
+    const stored = await docs.evaluate(() => JSON.stringify({ ...localStorage }));
+    assert(!stored.includes('authorized'), `Swagger UI keeps no authorization in localStorage: ${stored}`);
+    await docs.close();
+    assert(errors.length === 0, `Swagger UI under its CSP:\n${errors.join('\n')}`);
+  });
+
   await step('accessibility basics: every control is labelled, actions are real buttons', async () => {
     for (const hash of ['#/endpoints', `#/endpoints/${endpointId}`, '#/operations', '#/events', `#/videos/${videoId}`]) {
       await page.goto(`${API_URL}/console/${hash}`);

@@ -133,8 +133,9 @@ impl Application {
                 .wrap(actix_web::middleware::from_fn(error::head_as_get))
                 .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
-                // On every answer that does not set its own (the console sets a
-                // full CSP): never framed (clickjacking, e.g. of Swagger UI's
+                .wrap(actix_web::middleware::from_fn(openapi::docs_headers))
+                // On every answer that does not set its own (the console and
+                // Swagger UI set a full CSP): never framed (clickjacking, e.g. of Swagger UI's
                 // "Try it out"), never content-sniffed, no Referer sent on.
                 .wrap(
                     actix_web::middleware::DefaultHeaders::new()

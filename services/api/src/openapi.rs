@@ -271,6 +271,28 @@ fn fix_links(v: &mut serde_json::Value) {
     }
 }
 
+/// The Content-Security-Policy of Swagger UI (`/docs/…`): its scripts, the
+/// spec and every request it makes come from this origin only, so not even a
+/// spec or a query parameter could load script from elsewhere (the console's
+/// API key lives in this origin's sessionStorage). Swagger UI sets inline
+/// styles and uses `data:` images and fonts; nothing may frame it.
+pub const DOCS_CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+     font-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// Middleware: [`DOCS_CSP`] on every answer under `/docs`. Errors: none of its own.
+pub async fn docs_headers(
+    req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> actix_web::Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>> {
+    let docs = req.path() == "/docs" || req.path().starts_with("/docs/");
+    let mut res = next.call(req).await?;
+    if docs {
+        res.headers_mut()
+            .insert(actix_web::http::header::CONTENT_SECURITY_POLICY, actix_web::http::header::HeaderValue::from_static(DOCS_CSP));
+    }
+    Ok(res)
+}
+
 /// Routes of this module: the document and its UI.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(web::resource("/openapi.json").route(web::get().to(openapi_json)))

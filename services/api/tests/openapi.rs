@@ -226,7 +226,11 @@ async fn the_docs_ui_is_served_from_the_binary() {
         let resp = http.get(format!("{}{path}", api.url)).send().await.unwrap();
         let h = resp.headers();
         assert_eq!(h["x-frame-options"], "DENY", "{path}");
-        assert!(h["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"), "{path}");
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}");
+        if path.starts_with("/docs") {
+            assert!(csp.contains("script-src 'self';") && csp.contains("connect-src 'self'"), "{path}: {csp}");
+        }
         assert_eq!(h["x-content-type-options"], "nosniff", "{path}");
         assert_eq!(h["referrer-policy"], "no-referrer", "{path}");
     }
