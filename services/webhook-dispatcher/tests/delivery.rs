@@ -171,11 +171,7 @@ async fn a_hanging_endpoint_times_out_without_delaying_another() {
     assert!(w.attempts(&slow_ep).await.is_empty(), "slow attempts still hanging when the fast ones were done");
     eprintln!("fast endpoint got 10 events in {fast_elapsed:?} while the slow one hung");
 
-    let attempts = eventually(Duration::from_secs(30), "timeouts recorded", || async {
-        let a = w.attempts(&slow_ep).await;
-        (!a.is_empty()).then_some(a)
-    })
-    .await;
+    let attempts = w.wait_attempts(&slow_ep, 1, Duration::from_secs(30)).await;
     assert_eq!(attempts[0].error_class.as_deref(), Some("timeout"));
     assert_eq!(attempts[0].response_status, None);
     assert!(attempts[0].duration_ms >= 14_900 && attempts[0].duration_ms < 17_000, "{}", attempts[0].duration_ms);
@@ -195,11 +191,7 @@ async fn a_huge_redirect_location_is_cut() {
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let d = w.start(no_dns());
     w.publish().await;
-    let attempts = eventually(WAIT, "an attempt", || async {
-        let a = w.attempts(&endpoint).await;
-        (!a.is_empty()).then_some(a)
-    })
-    .await;
+    let attempts = w.wait_attempts(&endpoint, 1, WAIT).await;
     d.stop().await;
     let detail = attempts[0].error_detail.clone().unwrap();
     assert!(detail.contains("https://hooks.example.com/aaaa"), "{detail}");
@@ -218,11 +210,7 @@ async fn redirects_are_not_followed() {
     let seen2 = seen.clone();
     let d = w.start_with(w.settings.clone(), no_dns(), Some(Arc::new(move |a| seen2.lock().unwrap().push(a))));
     w.publish().await;
-    let attempts = eventually(WAIT, "two attempts", || async {
-        let a = w.attempts(&endpoint).await;
-        (a.len() >= 2).then_some(a)
-    })
-    .await;
+    let attempts = w.wait_attempts(&endpoint, 2, WAIT).await;
     d.stop().await;
     assert_eq!(attempts[0].response_status, Some(302));
     assert_eq!(attempts[0].error_class.as_deref(), Some("redirect"));
@@ -469,11 +457,7 @@ async fn dns_rebinding_is_refused_without_connecting() {
     let seen2 = seen.clone();
     let d = w.start_with(settings, resolver, Some(Arc::new(move |a| seen2.lock().unwrap().push(a))));
     w.publish().await;
-    let attempts = eventually(WAIT, "an attempt", || async {
-        let a = w.attempts(&endpoint).await;
-        (!a.is_empty()).then_some(a)
-    })
-    .await;
+    let attempts = w.wait_attempts(&endpoint, 1, WAIT).await;
     d.stop().await;
     assert_eq!(attempts[0].error_class.as_deref(), Some("blocked_address"));
     assert_eq!(attempts[0].response_status, None);

@@ -141,6 +141,15 @@ impl World {
         Running { stop: Some(tx), task, health }
     }
 
+    /// The endpoint's attempts once there are at least `n` (polled until `limit`).
+    pub async fn wait_attempts(&self, endpoint: &EndpointId, n: usize, limit: Duration) -> Vec<AttemptRow> {
+        eventually(limit, &format!("{n} attempt(s) recorded"), || async {
+            let a = self.attempts(endpoint).await;
+            (a.len() >= n).then_some(a)
+        })
+        .await
+    }
+
     pub async fn attempts(&self, endpoint: &EndpointId) -> Vec<AttemptRow> {
         let mut conn = self.conn().await;
         at::table
