@@ -42,6 +42,24 @@ async fn upload_ids(api: &TestApi) -> Vec<vid_core::UploadId> {
     uploads::table.select(uploads::id).order(uploads::id).load(&mut conn).await.unwrap()
 }
 
+/// Sends a whole `POST /uploads` (with `Idempotency-Key: key` if given) over
+/// a raw connection and returns it unread: dropping it is the client going away.
+async fn send_create_raw(api: &TestApi, key: Option<&str>) -> tokio::net::TcpStream {
+    let body = serde_json::to_vec(&req(100)).unwrap();
+    let addr = api.url.trim_start_matches("http://").to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let key = key.map(|k| format!("Idempotency-Key: {k}\r\n")).unwrap_or_default();
+    let head = format!(
+        "POST /uploads HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n{key}\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        api.key,
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(&body).await.unwrap();
+    tcp
+}
+
 /// The client sends `POST /uploads` with a key and closes its connection while
 /// the handler is provably mid-way (blocked on its `INSERT INTO uploads` by a
 /// table lock this test holds). The handler must still finish and store its
@@ -53,17 +71,7 @@ async fn a_client_that_disconnects_mid_request_gets_the_original_answer_on_retry
     let mut blocker = api.state.db.get().await.unwrap();
     blocker.batch_execute("BEGIN; LOCK TABLE uploads IN EXCLUSIVE MODE").await.unwrap();
 
-    let body = serde_json::to_vec(&req(100)).unwrap();
-    let addr = api.url.trim_start_matches("http://").to_owned();
-    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let head = format!(
-        "POST /uploads HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nIdempotency-Key: k-drop\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        api.key,
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(&body).await.unwrap();
+    let tcp = send_create_raw(&api, Some("k-drop")).await;
     // The key row is written before the handler starts; the handler cannot
     // finish while the lock is held (it inserts into `uploads`).
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -107,17 +115,7 @@ async fn without_a_key_a_client_that_disconnects_still_gets_its_work_finished() 
     let mut blocker = api.state.db.get().await.unwrap();
     blocker.batch_execute(&format!("BEGIN; SELECT 1 FROM tenants WHERE id = '{tenant}' FOR UPDATE")).await.unwrap();
 
-    let body = serde_json::to_vec(&req(100)).unwrap();
-    let addr = api.url.trim_start_matches("http://").to_owned();
-    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let head = format!(
-        "POST /uploads HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        api.key,
-        body.len()
-    );
-    tcp.write_all(head.as_bytes()).await.unwrap();
-    tcp.write_all(&body).await.unwrap();
+    let tcp = send_create_raw(&api, None).await;
     // The handler is provably mid-way once a backend waits on the row lock.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
