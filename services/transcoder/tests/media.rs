@@ -287,23 +287,8 @@ fn a_vfr_clip_holding_its_last_frame_is_not_truncated() {
     }
     list.push_str(&format!("file '{}'\nduration 5\n", p("c.png")));
     std::fs::write(p("list.txt"), list).unwrap();
-    ffmpeg(&[
-        "-f",
-        "concat",
-        "-safe",
-        "0",
-        "-i",
-        &p("list.txt"),
-        "-c:v",
-        "libx264",
-        "-preset",
-        "ultrafast",
-        "-pix_fmt",
-        "yuv420p",
-        "-fps_mode",
-        "vfr",
-        &p("held0.mp4"),
-    ]);
+    let (list, held0) = (p("list.txt"), p("held0.mp4"));
+    ffmpeg_parts(&[&["-f", "concat", "-safe", "0", "-i", &list], &X264_FAST, &["-fps_mode", "vfr", &held0]]);
     // The concat demuxer drops the last entry's duration: set it on the packet.
     ffmpeg(&["-i", &p("held0.mp4"), "-c", "copy", "-bsf:v", "setts=duration=if(eq(N\\,5)\\,5/TB\\,DURATION)", &p("held.mp4")]);
     let probe = ffprobe(Path::new(&p("held.mp4")));
@@ -329,23 +314,8 @@ fn a_sample_aspect_ratio_stretching_past_the_limits_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let clip = |name: &str, size: &str, sar: &str| {
         let path = dir.path().join(name);
-        ffmpeg(&[
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("testsrc=size={size}:rate=25"),
-            "-t",
-            "1",
-            "-vf",
-            &format!("setsar={sar}"),
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            path.to_str().unwrap(),
-        ]);
+        let (video, filter) = (format!("testsrc=size={size}:rate=25"), format!("setsar={sar}"));
+        ffmpeg_parts(&[&["-f", "lavfi", "-i", &video, "-t", "1", "-vf", &filter], &X264_FAST, &[path.to_str().unwrap()]]);
         path
     };
     let stretched = clip("stretched.mp4", "320x240", "20/1");

@@ -34,24 +34,10 @@ fn switching_h264(dir: &Path, name: &str, parts: &[(&str, u32)]) -> PathBuf {
     let mut annex_b = Vec::new();
     for (i, (src, frames)) in parts.iter().enumerate() {
         let part = dir.join(format!("{name}.part{i}.h264"));
-        ffmpeg(&[
-            "-f",
-            "lavfi",
-            "-i",
-            src,
-            "-frames:v",
-            &frames.to_string(),
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            "-x264-params",
-            "repeat-headers=1:log-level=error",
-            "-f",
-            "h264",
-            part.to_str().unwrap(),
+        ffmpeg_parts(&[
+            &["-f", "lavfi", "-i", src, "-frames:v", &frames.to_string()],
+            &X264_FAST,
+            &["-x264-params", "repeat-headers=1:log-level=error", "-f", "h264", part.to_str().unwrap()],
         ]);
         annex_b.extend(std::fs::read(&part).unwrap());
     }
@@ -244,8 +230,8 @@ fn sources_exactly_at_the_limits_still_decode() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let cases: [(&str, &str, &[&str]); 5] = [
-        ("h264.mp4", "320x240", &["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]),
-        ("h264_300.mp4", "300x232", &["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"]),
+        ("h264.mp4", "320x240", &X264_FAST),
+        ("h264_300.mp4", "300x232", &X264_FAST),
         ("mpeg4.mp4", "320x240", &["-c:v", "mpeg4"]),
         ("hevc.mp4", "320x240", &["-c:v", "libx265", "-x265-params", "log-level=error", "-tag:v", "hvc1"]),
         ("vp9.webm", "320x240", &["-c:v", "libvpx-vp9", "-deadline", "realtime", "-b:v", "300k"]),

@@ -6,6 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Runs the ffmpeg CLI quietly; panics on failure.
+/// The encoder arguments every generated H.264 test clip uses: fast, 4:2:0.
+pub const X264_FAST: [&str; 6] = ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"];
+
+/// [`ffmpeg`] with its arguments given in pieces (e.g. inputs, [`X264_FAST`], output).
+pub fn ffmpeg_parts(parts: &[&[&str]]) {
+    ffmpeg(&parts.concat());
+}
+
 pub fn ffmpeg(args: &[&str]) {
     let out = Command::new("ffmpeg").args(["-v", "error", "-y", "-nostdin"]).args(args).output().expect("ffmpeg runs");
     assert!(out.status.success(), "ffmpeg {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -100,25 +108,11 @@ impl Clips {
     /// testsrc `size` + 440 Hz sine, `secs` long, H.264/AAC MP4 (moov at the end, like most encoders).
     pub fn av(&self, name: &str, size: &str, secs: &str) -> PathBuf {
         let p = self.path(name);
-        ffmpeg(&[
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("testsrc=size={size}:rate=25:duration={secs}"),
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("sine=frequency=440:duration={secs}"),
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            "-c:a",
-            "aac",
-            "-shortest",
-            p.to_str().unwrap(),
+        let (video, audio) = (format!("testsrc=size={size}:rate=25:duration={secs}"), format!("sine=frequency=440:duration={secs}"));
+        ffmpeg_parts(&[
+            &["-f", "lavfi", "-i", &video, "-f", "lavfi", "-i", &audio],
+            &X264_FAST,
+            &["-c:a", "aac", "-shortest", p.to_str().unwrap()],
         ]);
         p
     }
@@ -126,19 +120,8 @@ impl Clips {
     /// Video only.
     pub fn video_only(&self, name: &str, size: &str, secs: &str) -> PathBuf {
         let p = self.path(name);
-        ffmpeg(&[
-            "-f",
-            "lavfi",
-            "-i",
-            &format!("testsrc=size={size}:rate=25:duration={secs}"),
-            "-c:v",
-            "libx264",
-            "-preset",
-            "ultrafast",
-            "-pix_fmt",
-            "yuv420p",
-            p.to_str().unwrap(),
-        ]);
+        let video = format!("testsrc=size={size}:rate=25:duration={secs}");
+        ffmpeg_parts(&[&["-f", "lavfi", "-i", &video], &X264_FAST, &[p.to_str().unwrap()]]);
         p
     }
 }
