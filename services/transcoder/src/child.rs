@@ -26,7 +26,8 @@ use tokio::sync::watch;
 use vid_core::video::SourceMetadata;
 use vid_core::Problem;
 
-use crate::media::{self, problems, MediaError, MediaEvent, MediaJob, MediaOutcome};
+use crate::media::{self, MediaError, MediaEvent, MediaJob, MediaOutcome};
+use crate::problems;
 
 /// One line of the child's stdout.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

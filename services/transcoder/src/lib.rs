@@ -16,6 +16,7 @@
 pub mod child;
 pub mod health;
 pub mod media;
+pub mod problems;
 pub mod scan;
 pub mod settings;
 pub mod workdir;

@@ -133,11 +133,12 @@ use tokio::task::JoinSet;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::{Phase, ScanOutcome};
 use vid_core::video::{Poster, Rendition};
-use vid_core::{OperationId, Problem};
+use vid_core::OperationId;
 use vid_infra::amqp::{Publisher, Topology, RK_JOB, RK_REPORT};
 
 use crate::child::{self, ChildMessage, ChildOutcome, Stop};
 use crate::media::{MediaJob, MediaOutcome};
+use crate::problems;
 use crate::scan::{self, ScanError, Verdict, METRICS};
 use crate::settings::Settings;
 use crate::workdir::{self, JobDir};
@@ -713,10 +714,10 @@ impl Worker {
                     if retries >= sc.retry_attempts {
                         METRICS.record(scan::Outcome::Unavailable, started.elapsed());
                         tracing::error!(scan_outcome = "unavailable", scan_ms, retries, error = %e, "scanner unavailable: retry budget spent");
-                        let problem = Problem::new(503, "scan_unavailable", "Malware scanner unavailable").with_detail(format!(
-                            "the source could not be scanned ({} attempts); it was not processed. Try again later.",
-                            retries + 1
-                        ));
+                        let problem = problems::problem(
+                            problems::SCAN_UNAVAILABLE,
+                            format!("the source could not be scanned ({} attempts); it was not processed. Try again later.", retries + 1),
+                        );
                         return Err(StepError::Report(Box::new(ReportKind::Failed { error: problem, source: None })));
                     }
                     let wait = sc.backoff(retries);
@@ -955,7 +956,7 @@ fn encode_key(key: &str) -> String {
 }
 
 fn malware_detected(signature: &str) -> StepError {
-    let error = Problem::new(422, "malware_detected", "Malware detected").with_detail(format!("signature: {signature}"));
+    let error = problems::problem(problems::MALWARE_DETECTED, format!("signature: {signature}"));
     StepError::Report(Box::new(ReportKind::Failed { error, source: None }))
 }
 
@@ -964,9 +965,10 @@ fn malware_detected(signature: &str) -> StepError {
 fn too_large_to_scan(size: u64, limit: u64, started: Instant) -> StepError {
     METRICS.record(scan::Outcome::TooLarge, started.elapsed());
     tracing::warn!(scan_outcome = "too_large", bytes = size, limit, "source larger than the scanner accepts: not processed");
-    let error = Problem::new(413, "file_too_large_to_scan", "File too large to scan").with_detail(format!(
-        "the source is {size} bytes; at most {limit} bytes can be scanned for malware, and unscanned files are not processed"
-    ));
+    let error = problems::problem(
+        problems::FILE_TOO_LARGE_TO_SCAN,
+        format!("the source is {size} bytes; at most {limit} bytes can be scanned for malware, and unscanned files are not processed"),
+    );
     StepError::Report(Box::new(ReportKind::Failed { error, source: None }))
 }
 

@@ -8,7 +8,6 @@
 
 pub mod ladder;
 pub mod probe;
-pub mod problems;
 pub mod transcode;
 pub mod validate;
 

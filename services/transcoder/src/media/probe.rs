@@ -8,7 +8,7 @@ use ffmpeg_next as ffmpeg;
 use vid_core::video::SourceMetadata;
 use vid_core::Problem;
 
-use super::problems::{self, problem};
+use crate::problems::{self, problem};
 
 /// Container family recognised from the first bytes of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,9 +39,9 @@ use serde::{Deserialize, Serialize};
 
 use super::ladder::Rung;
 use super::probe::Probe;
-use super::problems::{self, problem};
 use super::validate::{Limits, MIN_DURATION_SECONDS};
 use super::MediaError;
+use crate::problems::{self, problem};
 
 /// One rendition written to the local work directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

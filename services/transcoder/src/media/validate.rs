@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use vid_core::Problem;
 
 use super::probe::Probe;
-use super::problems::{self, problem};
+use crate::problems::{self, problem};
 
 /// Sources shorter than or equal to this (seconds) are refused.
 pub const MIN_DURATION_SECONDS: f64 = 0.1;
