@@ -169,79 +169,16 @@ pub async fn supervise(
     mut cmd: Command,
     limits: Limits,
     mut stop: watch::Receiver<Option<Stop>>,
-    mut on_message: impl FnMut(&ChildMessage),
+    on_message: impl FnMut(&ChildMessage),
 ) -> ChildOutcome {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
-    // SAFETY: only async-signal-safe calls (prctl, setrlimit, signal) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-            let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-            libc::setrlimit(libc::RLIMIT_CORE, &zero);
-            // Ignored dispositions survive exec (handlers do not).
-            libc::signal(libc::SIGTERM, libc::SIG_IGN);
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            Ok(())
-        });
-    }
+    isolate(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return ChildOutcome::Internal(format!("cannot start the worker child: {e}")),
     };
     let pid = child.id();
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout is piped")).lines();
-    let started = tokio::time::Instant::now();
-    let mut deadline =
-        started + limits.base_budget + Duration::from_secs_f64(limits.budget_per_media_second * limits.assumed_duration_seconds);
-    let mut last_line = tokio::time::Instant::now();
-    let mut terminal: Option<ChildMessage> = None;
-    let mut source: Option<SourceMetadata> = None;
-    let mut stdout_open = true;
-
-    let killed: Option<ChildOutcome> = loop {
-        if let Some(s) = *stop.borrow() {
-            break Some(ChildOutcome::Stopped(s));
-        }
-        if !stdout_open {
-            break None;
-        }
-        let stall_at = last_line + limits.stall_timeout;
-        tokio::select! {
-            line = lines.next_line() => match line {
-                Ok(Some(line)) => {
-                    last_line = tokio::time::Instant::now();
-                    match serde_json::from_str::<ChildMessage>(&line) {
-                        Ok(m @ (ChildMessage::Probed { .. } | ChildMessage::Progress { .. })) => {
-                            if let ChildMessage::Probed { source: s } = &m {
-                                source = Some(s.clone());
-                                let secs = s.duration_seconds.unwrap_or(limits.assumed_duration_seconds);
-                                deadline = started + limits.base_budget + Duration::from_secs_f64(limits.budget_per_media_second * secs.clamp(0.0, 1e7));
-                            }
-                            on_message(&m);
-                        }
-                        Ok(m) => terminal = Some(m),
-                        Err(e) => tracing::warn!(pid, error = %e, line = %line.chars().take(200).collect::<String>(), "unexpected line from the worker child"),
-                    }
-                }
-                Ok(None) | Err(_) => stdout_open = false,
-            },
-            _ = stop.changed() => {}
-            _ = tokio::time::sleep_until(stall_at) => {
-                break Some(ChildOutcome::Failed {
-                    error: problems::problem(problems::TRANSCODE_STALLED, format!("no progress for {} s", limits.stall_timeout.as_secs())),
-                    source: source.clone(),
-                });
-            }
-            _ = tokio::time::sleep_until(deadline) => {
-                break Some(ChildOutcome::Failed {
-                    error: problems::problem(problems::TRANSCODE_STALLED, format!("the transcode overran its budget of {} s", (deadline - started).as_secs())),
-                    source: source.clone(),
-                });
-            }
-        }
-    };
-
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let (killed, lines) = read_lines(stdout, pid, limits, &mut stop, on_message).await;
     if let Some(outcome) = killed {
         let _ = child.start_kill();
         let _ = child.wait().await;
@@ -259,7 +196,104 @@ pub async fn supervise(
             return ChildOutcome::Internal("the worker child closed stdout but did not exit".into());
         }
     };
+    exited(pid, status, lines)
+}
+
+/// Stdin closed, stdout piped, stderr inherited, killed on drop; in the
+/// child, before exec: SIGKILL when the parent dies (`PR_SET_PDEATHSIG`), no
+/// core dumps, SIGTERM/SIGINT/SIGHUP ignored (see [`supervise`]).
+fn isolate(cmd: &mut Command) {
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).kill_on_drop(true);
+    // SAFETY: only async-signal-safe calls (prctl, setrlimit, signal) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            // Ignored dispositions survive exec (handlers do not).
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+}
+
+/// What the child said on stdout before it closed it.
+#[derive(Default)]
+struct Said {
+    /// Its terminal line (`succeeded`, `failed` or `error`), if any.
+    terminal: Option<ChildMessage>,
+    /// Its probe, if it got that far.
+    source: Option<SourceMetadata>,
+}
+
+/// Reads the child's lines until it closes stdout (`(None, said)`) or must be
+/// killed: a stop request, no line for `limits.stall_timeout`, or the time
+/// budget spent (`(Some(outcome), _)`). The budget is `base_budget` plus
+/// `budget_per_media_second` × the probed duration (the assumed one until
+/// the `probed` line).
+async fn read_lines(
+    stdout: tokio::process::ChildStdout,
+    pid: Option<u32>,
+    limits: Limits,
+    stop: &mut watch::Receiver<Option<Stop>>,
+    mut on_message: impl FnMut(&ChildMessage),
+) -> (Option<ChildOutcome>, Said) {
+    let mut lines = BufReader::new(stdout).lines();
+    let started = tokio::time::Instant::now();
+    let budget = |secs: f64| started + limits.base_budget + Duration::from_secs_f64(limits.budget_per_media_second * secs);
+    let mut deadline = budget(limits.assumed_duration_seconds);
+    let mut last_line = tokio::time::Instant::now();
+    let mut said = Said::default();
+    let mut stdout_open = true;
+    let stalled = |detail: String, said: &Said| ChildOutcome::Failed {
+        error: problems::problem(problems::TRANSCODE_STALLED, detail),
+        source: said.source.clone(),
+    };
+    loop {
+        if let Some(s) = *stop.borrow() {
+            return (Some(ChildOutcome::Stopped(s)), said);
+        }
+        if !stdout_open {
+            return (None, said);
+        }
+        let stall_at = last_line + limits.stall_timeout;
+        tokio::select! {
+            line = lines.next_line() => match line {
+                Ok(Some(line)) => {
+                    last_line = tokio::time::Instant::now();
+                    match serde_json::from_str::<ChildMessage>(&line) {
+                        Ok(m @ (ChildMessage::Probed { .. } | ChildMessage::Progress { .. })) => {
+                            if let ChildMessage::Probed { source: s } = &m {
+                                said.source = Some(s.clone());
+                                deadline = budget(s.duration_seconds.unwrap_or(limits.assumed_duration_seconds).clamp(0.0, 1e7));
+                            }
+                            on_message(&m);
+                        }
+                        Ok(m) => said.terminal = Some(m),
+                        Err(e) => tracing::warn!(pid, error = %e, line = %line.chars().take(200).collect::<String>(), "unexpected line from the worker child"),
+                    }
+                }
+                Ok(None) | Err(_) => stdout_open = false,
+            },
+            _ = stop.changed() => {}
+            _ = tokio::time::sleep_until(stall_at) => {
+                return (Some(stalled(format!("no progress for {} s", limits.stall_timeout.as_secs()), &said)), said);
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                let detail = format!("the transcode overran its budget of {} s", (deadline - started).as_secs());
+                return (Some(stalled(detail, &said)), said);
+            }
+        }
+    }
+}
+
+/// How a child that closed stdout and exited with `status` ended: a signal
+/// or a panic (exit 101) is `transcode_crashed`, else its terminal line decides.
+fn exited(pid: Option<u32>, status: std::process::ExitStatus, said: Said) -> ChildOutcome {
     use std::os::unix::process::ExitStatusExt;
+    let Said { terminal, source } = said;
     if let Some(sig) = status.signal() {
         tracing::error!(pid, signal = sig, "worker child died by a signal");
         return ChildOutcome::Failed {

@@ -72,21 +72,7 @@ pub struct Probe {
 /// I/O errors on the local file are reported as `corrupt_media` too — the
 /// caller wrote the file itself, so they only arise from unreadable content.
 pub fn probe(path: &Path) -> Result<Probe, Problem> {
-    let size = std::fs::metadata(path).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot stat the source: {e}")))?.len();
-    if size == 0 {
-        return Err(problem(problems::EMPTY_FILE, "the source is 0 bytes long"));
-    }
-    let mut head = [0u8; 16];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot read the source: {e}")))?;
-    let family = sniff(&head[..n]).ok_or_else(|| {
-        problem(
-            problems::UNSUPPORTED_CONTAINER,
-            format!("the file does not start like an MP4/MOV or Matroska/WebM container (first bytes {})", hex(&head[..n.min(8)])),
-        )
-    })?;
-
+    let (size, family) = read_head(path)?;
     super::init();
     let ictx =
         format::input(&path).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the {family:?} container cannot be opened: {e}")))?;
@@ -98,18 +84,7 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
         ));
     }
 
-    // Best video stream that is not cover art.
-    let video = ictx
-        .streams()
-        .filter(|s| s.parameters().medium() == media::Type::Video)
-        .filter(|s| !s.disposition().contains(format::stream::Disposition::ATTACHED_PIC))
-        .max_by_key(|s| {
-            let p = unsafe { &*s.parameters().as_ptr() };
-            (p.width as i64) * (p.height as i64)
-        });
-    let Some(video) = video else {
-        return Err(problem(problems::NO_VIDEO_STREAM, "the file has no video stream"));
-    };
+    let video = video_stream(&ictx)?;
     let vpar = unsafe { &*video.parameters().as_ptr() };
     let (width, height) = (vpar.width.max(0) as u32, vpar.height.max(0) as u32);
     let video_id = video.parameters().id();
@@ -125,30 +100,9 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
     let audio_codec = audio.as_ref().map(|a| codec_name(a.parameters().id()));
     let audio_stream = audio.as_ref().map(|a| a.index());
 
-    // Duration: container first, then the video stream.
-    let mut duration = None;
-    if ictx.duration() > 0 {
-        duration = Some(ictx.duration() as f64 / f64::from(ffmpeg::ffi::AV_TIME_BASE));
-    } else if video.duration() > 0 {
-        duration = Some(video.duration() as f64 * f64::from(video.time_base()));
-    }
-    let duration = duration.filter(|d| d.is_finite() && *d >= 0.0);
-
     let fr = video.avg_frame_rate();
     let frame_rate = (fr.numerator() > 0 && fr.denominator() > 0).then(|| f64::from(fr)).filter(|f| f.is_finite());
-
-    let matrix = video.side_data().find(|sd| sd.kind() == codec::packet::side_data::Type::DisplayMatrix).and_then(|sd| {
-        let d = sd.data();
-        (d.len() >= 36).then(|| {
-            let mut m = [0i32; 9];
-            for (i, v) in m.iter_mut().enumerate() {
-                *v = i32::from_ne_bytes(d[i * 4..i * 4 + 4].try_into().unwrap());
-            }
-            m
-        })
-    });
-    let (rotation, rotation_filter) = rotation_of(matrix.as_ref());
-
+    let (rotation, rotation_filter) = rotation_of(display_matrix(&video).as_ref());
     let sar = vpar.sample_aspect_ratio;
     let sar = if sar.num > 0 && sar.den > 0 { sar.num as f64 / sar.den as f64 } else { 1.0 };
     let (dw, dh) = super::ladder::display_size(width, height, sar, rotation);
@@ -156,7 +110,7 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
     Ok(Probe {
         source: SourceMetadata {
             container,
-            duration_seconds: duration,
+            duration_seconds: duration_of(&ictx, &video),
             width,
             height,
             rotation,
@@ -170,6 +124,65 @@ pub fn probe(path: &Path) -> Result<Probe, Problem> {
         display_width: dw,
         display_height: dh,
         rotation_filter,
+    })
+}
+
+/// The file's size in bytes and the container family its first bytes name.
+/// Errors: `empty_file`, `unsupported_container`, `corrupt_media` (I/O).
+fn read_head(path: &Path) -> Result<(u64, Family), Problem> {
+    let size = std::fs::metadata(path).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot stat the source: {e}")))?.len();
+    if size == 0 {
+        return Err(problem(problems::EMPTY_FILE, "the source is 0 bytes long"));
+    }
+    let mut head = [0u8; 16];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot read the source: {e}")))?;
+    let family = sniff(&head[..n]).ok_or_else(|| {
+        problem(
+            problems::UNSUPPORTED_CONTAINER,
+            format!("the file does not start like an MP4/MOV or Matroska/WebM container (first bytes {})", hex(&head[..n.min(8)])),
+        )
+    })?;
+    Ok((size, family))
+}
+
+/// The largest video stream that is not cover art. Errors: `no_video_stream`.
+fn video_stream(ictx: &format::context::Input) -> Result<format::stream::Stream<'_>, Problem> {
+    ictx.streams()
+        .filter(|s| s.parameters().medium() == media::Type::Video)
+        .filter(|s| !s.disposition().contains(format::stream::Disposition::ATTACHED_PIC))
+        .max_by_key(|s| {
+            let p = unsafe { &*s.parameters().as_ptr() };
+            (p.width as i64) * (p.height as i64)
+        })
+        .ok_or_else(|| problem(problems::NO_VIDEO_STREAM, "the file has no video stream"))
+}
+
+/// Duration in seconds: the container's, else the video stream's; `None`
+/// when neither is known (or it is not a finite, non-negative number).
+fn duration_of(ictx: &format::context::Input, video: &format::stream::Stream) -> Option<f64> {
+    let duration = if ictx.duration() > 0 {
+        Some(ictx.duration() as f64 / f64::from(ffmpeg::ffi::AV_TIME_BASE))
+    } else if video.duration() > 0 {
+        Some(video.duration() as f64 * f64::from(video.time_base()))
+    } else {
+        None
+    };
+    duration.filter(|d| d.is_finite() && *d >= 0.0)
+}
+
+/// The stream's display matrix side data (9 × i32, ISO/IEC 14496-12 §8.2.2.3), if any.
+fn display_matrix(video: &format::stream::Stream) -> Option<[i32; 9]> {
+    video.side_data().find(|sd| sd.kind() == codec::packet::side_data::Type::DisplayMatrix).and_then(|sd| {
+        let d = sd.data();
+        (d.len() >= 36).then(|| {
+            let mut m = [0i32; 9];
+            for (i, v) in m.iter_mut().enumerate() {
+                *v = i32::from_ne_bytes(d[i * 4..i * 4 + 4].try_into().unwrap());
+            }
+            m
+        })
     })
 }
 

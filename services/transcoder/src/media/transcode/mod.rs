@@ -1,0 +1,225 @@
+//! The single-decode ladder transcoder.
+//!
+//! One demuxer, one video decoder and (optionally) one audio decoder feed:
+//!
+//! ```text
+//! video: buffer → [transpose | hflip,vflip] → split=N → scale → [pad] → setsar=1 → format=yuv420p → buffersink  (× N rungs)
+//!                                                          each sink → libx264 encoder → its own MP4 muxer
+//! audio: abuffer → aresample → aformat=fltp:<rate>:<mono|stereo> → abuffersink(1024 samples)
+//!                                                          → ONE AAC encoder → the same packets muxed into every MP4
+//! ```
+//!
+//! Audio is encoded once and shared: every rendition carries the identical
+//! AAC track (128 kb/s stereo or 96 kb/s mono), which costs one encode instead
+//! of N and keeps the renditions switchable. The poster is taken from the
+//! tallest rung's filtered frames (so it is upright and square-pixelled) at
+//! `min(1 s, duration / 2)` and encoded as a single MJPEG frame.
+//!
+//! Frame sizes. The probe only saw the stream header, and a stream may change
+//! its size mid-stream (a new SPS in H.264, a keyframe of another size in
+//! VP8/VP9). So:
+//!
+//! - the decoder is opened with `max_pixels` = [`Limits::decoder_max_pixels`]:
+//!   libavcodec refuses to allocate a bigger frame, and such a refusal (the
+//!   decoder's size is then over the limits, or reset to 0×0) fails the job
+//!   `dimensions_too_large`;
+//! - every decoded frame is checked against `max_width` × `max_height`
+//!   (`dimensions_too_large` too), before it reaches the filter graph;
+//! - a size (or pixel format) change within the limits rebuilds the video
+//!   filter graph for the new frames; they are scaled into the SAME renditions
+//!   (the ladder is planned once, from the header): a picture of the probed
+//!   display size fills them, any other is fitted inside with its aspect kept
+//!   and centred on black bars (letterbox/pillarbox), never stretched.
+//!
+//! The parts, one file each:
+//!
+//! - [`graph`]: builds the video and audio filter graphs (pure set-up, no state);
+//! - [`decode`]: the video side of the decode loop (timestamps, size checks,
+//!   graph rebuilds, progress) and the checks on what was decoded;
+//! - [`audio`]: the audio decoder, its graph and the one AAC encoder;
+//! - [`output`]: per rung, the x264 encoder and the muxer its packets go to.
+//!   The encoder knows nothing of the container: every encoded packet (video,
+//!   and the shared audio) goes through [`output::Mp4Muxer`], so a second
+//!   packaging of the same packets is one more muxer beside it, never a
+//!   second encode;
+//! - [`poster`]: picks the poster frame and writes the JPEG.
+
+mod audio;
+mod decode;
+mod graph;
+mod output;
+mod poster;
+
+use std::path::{Path, PathBuf};
+
+use ffmpeg::{format, Packet, Rational};
+use ffmpeg_next as ffmpeg;
+use serde::{Deserialize, Serialize};
+
+use super::ladder::Rung;
+use super::probe::Probe;
+use super::validate::Limits;
+use super::MediaError;
+use crate::problems::{self, problem};
+
+/// One rendition written to the local work directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RenditionFile {
+    /// Rung name, e.g. `720p`.
+    pub name: String,
+    /// Width in pixels (even).
+    pub width: u32,
+    /// Height in pixels (even).
+    pub height: u32,
+    /// The MP4 file.
+    pub path: PathBuf,
+    /// File size in bytes.
+    pub size_bytes: u64,
+    /// Average total bitrate in bits per second (size × 8 / duration).
+    pub bitrate: u64,
+}
+
+/// The poster written to the local work directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PosterFile {
+    /// The JPEG file.
+    pub path: PathBuf,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+/// What [`transcode`] produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Transcoded {
+    /// Renditions, in the order of the plan (tallest first).
+    pub renditions: Vec<RenditionFile>,
+    /// The poster, unless no frame could be taken.
+    pub poster: Option<PosterFile>,
+    /// Seconds of video decoded (last minus first timestamp plus one frame).
+    pub decoded_seconds: f64,
+}
+
+/// An internal error from a libav call: `<what>: <error>`.
+fn internal(what: &str) -> impl Fn(ffmpeg::Error) -> MediaError + '_ {
+    move |e| MediaError::Internal(format!("{what}: {e}"))
+}
+
+/// Whether `e` is `EAGAIN` (libav: "feed more input first").
+fn is_again(e: &ffmpeg::Error) -> bool {
+    matches!(e, ffmpeg::Error::Other { errno } if *errno == libc::EAGAIN)
+}
+
+/// Transcodes `input` (already probed and validated) into one MP4 per rung in
+/// `out_dir` (`<name>.mp4`) plus `poster.jpg`, decoding the source once.
+///
+/// `progress` is called with the fraction done (0.0–1.0, finite, non-decreasing)
+/// after decoded video frames: decoded timestamp over the probed duration, or
+/// bytes read over the file size when the duration is unknown.
+///
+/// A change of frame size mid-stream within `limits` rebuilds the filter graph
+/// and fits the new frames into the same renditions (see the module docs).
+///
+/// Errors: `dimensions_too_large` (a decoded frame over `limits.max_width` ×
+/// `max_height`, or the decoder refused a frame over its pixel budget
+/// [`Limits::decoder_max_pixels`]), `corrupt_media` (read errors, i.e.
+/// truncation; no decodable frame; many decode errors; decoded video much
+/// shorter than the container claims), `duration_too_long` /
+/// `duration_too_short` (when the probe did not know the duration), and
+/// [`MediaError::Internal`] for encoder/muxer/file-system errors.
+pub fn transcode(
+    input: &Path,
+    out_dir: &Path,
+    probe: &Probe,
+    rungs: &[Rung],
+    limits: &Limits,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Transcoded, MediaError> {
+    super::init();
+    assert!(!rungs.is_empty(), "the ladder plan is never empty");
+    let mut ictx = format::input(&input).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the source: {e}")))?;
+    let duration = probe.source.duration_seconds.filter(|d| *d > 0.0);
+    let mut video = decode::VideoPath::open(&ictx, probe, rungs, limits)?;
+    let mut audio = match probe.audio_stream {
+        Some(i) => audio::AudioPipe::open(&ictx, i)?,
+        None => None,
+    };
+
+    std::fs::create_dir_all(out_dir).map_err(|e| MediaError::Internal(format!("creating {}: {e}", out_dir.display())))?;
+    let mut outputs = Vec::with_capacity(rungs.len());
+    for rung in rungs {
+        outputs.push(output::Output::open(out_dir, rung, video.time_base(), video.frame_rate(), audio.as_ref().map(|a| a.encoder()))?);
+    }
+
+    read_packets(&mut ictx, probe, &mut video, audio.as_mut(), &mut outputs, progress)?;
+    video.send_eof();
+    video.pump(&ictx, &mut outputs, progress)?;
+    let decoded_seconds = video.check_decoded(duration)?;
+    video.repeat_held_frame(&mut outputs)?;
+    video.flush(&mut outputs)?;
+    for out in outputs.iter_mut() {
+        out.flush()?;
+    }
+    if let Some(a) = audio.as_mut() {
+        a.finish(&mut outputs)?;
+    }
+
+    let seconds = duration.unwrap_or(decoded_seconds).max(decoded_seconds.min(duration.unwrap_or(f64::MAX))).max(0.001);
+    let mut renditions = Vec::with_capacity(outputs.len());
+    for out in outputs {
+        renditions.push(out.finish(seconds)?);
+    }
+    let poster = video.into_poster().map(|f| poster::write(&f, &out_dir.join("poster.jpg"))).transpose()?;
+    progress(1.0);
+    Ok(Transcoded { renditions, poster, decoded_seconds })
+}
+
+/// The demux loop: reads every packet of `ictx` and hands it to the video
+/// path or the audio pipe (other streams are skipped). Errors: read errors
+/// and packets cut short are `corrupt_media` (truncation), plus whatever the
+/// decode paths return.
+fn read_packets(
+    ictx: &mut format::context::Input,
+    probe: &Probe,
+    video: &mut decode::VideoPath,
+    mut audio: Option<&mut audio::AudioPipe>,
+    outputs: &mut [output::Output],
+    progress: &mut dyn FnMut(f64),
+) -> Result<(), MediaError> {
+    loop {
+        let mut packet = Packet::empty();
+        match packet.read(ictx) {
+            Ok(()) => {}
+            Err(ffmpeg::Error::Eof) => return Ok(()),
+            Err(e) if is_again(&e) => continue,
+            Err(e) => {
+                let frames = video.frames();
+                return Err(problem(
+                    problems::CORRUPT_MEDIA,
+                    format!("the source is truncated or damaged: read error after {frames} frames: {e}"),
+                )
+                .into());
+            }
+        }
+        if packet.is_corrupt() {
+            // Only the MP4 and Matroska demuxers get here: a packet cut short means truncation.
+            return Err(problem(
+                problems::CORRUPT_MEDIA,
+                format!("the source is truncated: a packet of stream {} is incomplete", packet.stream()),
+            )
+            .into());
+        }
+        if packet.stream() == probe.video_stream {
+            video.send_packet(&packet)?;
+            video.pump(ictx, outputs, progress)?;
+        } else if let Some(a) = audio.as_deref_mut().filter(|a| a.stream() == packet.stream()) {
+            a.send_packet(&packet, outputs)?;
+        }
+    }
+}
+
+/// A `Rational` that is usable as a rate or time base (both sides positive).
+fn is_positive(r: Rational) -> bool {
+    r.numerator() > 0 && r.denominator() > 0
+}

@@ -1,0 +1,188 @@
+//! Per rung: the libx264 encoder, and the muxer its packets (and the shared
+//! AAC packets) are written to.
+//!
+//! The encoder and the container are separate on purpose: [`Output`] owns
+//! one encoder and hands every packet to [`Mp4Muxer`]; another packaging of
+//! the same packets (e.g. fragmented MP4 for streaming) is another muxer
+//! beside it, written from the same packets, never a second encode.
+//!
+//! Invariants: a muxer's header is written before its first packet and its
+//! trailer after the encoder was flushed; packets are rescaled from the
+//! encoder's time base to the stream's.
+
+use std::path::{Path, PathBuf};
+
+use ffmpeg::{codec, encoder, format, frame, Dictionary, Packet, Rational};
+use ffmpeg_next as ffmpeg;
+
+use super::{internal, is_again, is_positive, RenditionFile};
+use crate::media::ladder::Rung;
+use crate::media::MediaError;
+
+const X264_PRESET: &str = "veryfast";
+
+/// One rung: its encoder and its muxer.
+pub(super) struct Output {
+    rung: Rung,
+    enc: encoder::Video,
+    /// The encoder's time base (the source stream's).
+    enc_tb: Rational,
+    mp4: Mp4Muxer,
+}
+
+impl Output {
+    /// Opens rung `rung`'s x264 encoder (time base `v_tb`, `frame_rate` when
+    /// known; `preset`, `crf`, `maxrate`, `bufsize` from the rung; High
+    /// profile) and its MP4 muxer `<out_dir>/<name>.mp4`, with an audio track
+    /// copying `audio`'s parameters when given. Errors: internal only.
+    pub(super) fn open(
+        out_dir: &Path,
+        rung: &Rung,
+        v_tb: Rational,
+        frame_rate: Rational,
+        audio: Option<&encoder::Audio>,
+    ) -> Result<Self, MediaError> {
+        let path = out_dir.join(format!("{}.mp4", rung.name));
+        let x264 = encoder::find_by_name("libx264").ok_or_else(|| MediaError::Internal("no libx264 encoder in this FFmpeg".into()))?;
+        let mut enc = codec::context::Context::new_with_codec(x264).encoder().video().map_err(internal("x264 context"))?;
+        enc.set_width(rung.width);
+        enc.set_height(rung.height);
+        enc.set_format(format::Pixel::YUV420P);
+        enc.set_time_base(v_tb);
+        if is_positive(frame_rate) {
+            enc.set_frame_rate(Some(frame_rate));
+        }
+        enc.set_aspect_ratio(Rational(1, 1));
+        enc.set_flags(codec::Flags::GLOBAL_HEADER);
+        let mut opts = Dictionary::new();
+        opts.set("preset", X264_PRESET);
+        opts.set("crf", &rung.crf.to_string());
+        opts.set("maxrate", &rung.maxrate.to_string());
+        opts.set("bufsize", &rung.bufsize.to_string());
+        opts.set("profile", "high");
+        let enc = enc.open_as_with(x264, opts).map_err(internal("opening libx264"))?;
+        let mp4 = Mp4Muxer::create(path, x264, &enc, v_tb, audio)?;
+        Ok(Self { rung: rung.clone(), enc, enc_tb: v_tb, mp4 })
+    }
+
+    /// Encodes one filtered frame and muxes what the encoder hands back.
+    pub(super) fn encode(&mut self, frame: &frame::Video) -> Result<(), MediaError> {
+        self.enc.send_frame(frame).map_err(internal("x264 send_frame"))?;
+        self.drain()
+    }
+
+    /// End of the video: flushes the encoder into the muxer.
+    pub(super) fn flush(&mut self) -> Result<(), MediaError> {
+        self.enc.send_eof().map_err(internal("flushing x264"))?;
+        self.drain()
+    }
+
+    /// Muxes one packet of the shared AAC encoder (time base `enc_tb`).
+    pub(super) fn write_audio(&mut self, pkt: &Packet, enc_tb: Rational) -> Result<(), MediaError> {
+        self.mp4.write_audio(pkt, enc_tb)
+    }
+
+    /// Writes the trailer and describes the file; `seconds` (> 0) is the
+    /// duration its average bitrate is computed over.
+    pub(super) fn finish(self, seconds: f64) -> Result<RenditionFile, MediaError> {
+        let (path, size_bytes) = self.mp4.finish()?;
+        Ok(RenditionFile {
+            name: self.rung.name,
+            width: self.rung.width,
+            height: self.rung.height,
+            path,
+            size_bytes,
+            bitrate: (size_bytes as f64 * 8.0 / seconds).round() as u64,
+        })
+    }
+
+    fn drain(&mut self) -> Result<(), MediaError> {
+        let mut pkt = Packet::empty();
+        loop {
+            match self.enc.receive_packet(&mut pkt) {
+                Ok(()) => {}
+                Err(e) if is_again(&e) || e == ffmpeg::Error::Eof => return Ok(()),
+                Err(e) => return Err(MediaError::Internal(format!("x264: {e}"))),
+            }
+            self.mp4.write_video(&mut pkt, self.enc_tb)?;
+        }
+    }
+}
+
+/// A progressive MP4 file (`+faststart`: the `moov` before the `mdat`) with
+/// one video track and, optionally, one audio track.
+pub(super) struct Mp4Muxer {
+    path: PathBuf,
+    octx: format::context::Output,
+    /// Video stream index and its time base (as the muxer set it in the header).
+    video: (usize, Rational),
+    /// Audio stream index and time base, when there is audio.
+    audio: Option<(usize, Rational)>,
+}
+
+impl Mp4Muxer {
+    /// Creates `path` with a video track of `codec` copying `enc`'s
+    /// parameters (time base `v_tb`) and an audio track copying `audio`'s,
+    /// and writes the header. Errors: internal only.
+    fn create(
+        path: PathBuf,
+        codec: ffmpeg::Codec,
+        enc: &encoder::Video,
+        v_tb: Rational,
+        audio: Option<&encoder::Audio>,
+    ) -> Result<Self, MediaError> {
+        let mut octx = format::output_as(&path, "mp4").map_err(internal("creating the MP4 muxer"))?;
+        let v_ost = {
+            let mut ost = octx.add_stream(codec).map_err(internal("adding the video stream"))?;
+            ost.set_parameters(enc);
+            ost.set_time_base(v_tb);
+            // SAFETY: codecpar is the stream's own, allocated by add_stream.
+            unsafe { (*(*ost.as_mut_ptr()).codecpar).codec_tag = 0 };
+            ost.index()
+        };
+        let a_ost = match audio {
+            Some(a) => {
+                let mut ost = octx.add_stream(encoder::find(codec::Id::AAC)).map_err(internal("adding the audio stream"))?;
+                ost.set_parameters(a);
+                ost.set_time_base(a.time_base());
+                // SAFETY: as above.
+                unsafe { (*(*ost.as_mut_ptr()).codecpar).codec_tag = 0 };
+                Some(ost.index())
+            }
+            None => None,
+        };
+        let mut hopts = Dictionary::new();
+        hopts.set("movflags", "+faststart");
+        octx.write_header_with(hopts).map_err(internal("writing the MP4 header"))?;
+        let video = (v_ost, octx.stream(v_ost).unwrap().time_base());
+        let audio = a_ost.map(|i| (i, octx.stream(i).unwrap().time_base()));
+        Ok(Self { path, octx, video, audio })
+    }
+
+    /// Writes one video packet (timestamps in `enc_tb`).
+    fn write_video(&mut self, pkt: &mut Packet, enc_tb: Rational) -> Result<(), MediaError> {
+        let (idx, tb) = self.video;
+        pkt.set_stream(idx);
+        pkt.rescale_ts(enc_tb, tb);
+        pkt.set_position(-1);
+        pkt.write_interleaved(&mut self.octx).map_err(internal("muxing video"))
+    }
+
+    /// Writes a copy of one audio packet (timestamps in `enc_tb`); nothing without an audio track.
+    fn write_audio(&mut self, pkt: &Packet, enc_tb: Rational) -> Result<(), MediaError> {
+        let Some((idx, tb)) = self.audio else { return Ok(()) };
+        let mut p = pkt.clone();
+        p.set_stream(idx);
+        p.rescale_ts(enc_tb, tb);
+        p.set_position(-1);
+        p.write_interleaved(&mut self.octx).map_err(internal("muxing audio"))
+    }
+
+    /// Writes the trailer, closes the file and returns its path and size in bytes.
+    fn finish(mut self) -> Result<(PathBuf, u64), MediaError> {
+        self.octx.write_trailer().map_err(internal("writing the MP4 trailer"))?;
+        drop(self.octx);
+        let size = std::fs::metadata(&self.path).map_err(|e| MediaError::Internal(format!("stat {}: {e}", self.path.display())))?.len();
+        Ok((self.path, size))
+    }
+}

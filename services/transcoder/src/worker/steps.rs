@@ -1,0 +1,179 @@
+//! A job's steps, in order: download → scan → the child (probe, transcode) →
+//! upload. Every step can be stopped by a cancel or a shutdown ([`stoppable`]);
+//! each maps to a whole-job progress range (see the module docs of
+//! [`super`]).
+//!
+//! Invariants: nothing reaches the libav child before a clean scan verdict;
+//! every key uploaded is recorded in `uploaded` before its upload starts (so
+//! a cancel deletes it); the terminal report is returned, never sent here.
+
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use tokio::sync::watch;
+use vid_core::messages::{ReportKind, TranscodeJob};
+use vid_core::operation::Phase;
+use vid_core::video::{Poster, Rendition};
+
+use super::metrics::record_transcode_durations;
+use super::reports::{ProgressReporter, Reports};
+use super::scanning::too_large_to_scan;
+use super::Worker;
+use crate::child::{self, ChildMessage, ChildOutcome, Stop};
+use crate::media::{MediaJob, MediaOutcome};
+use crate::workdir::JobDir;
+
+/// Why the steps ended before a terminal report of their own.
+#[derive(Debug)]
+pub(super) enum StepError {
+    /// A cancel or a shutdown.
+    Stopped(Stop),
+    /// Retry later (S3, broker, our own I/O).
+    Transient(anyhow::Error),
+    /// A permanent outcome found before the end (e.g. by the scan): the terminal report to send.
+    Report(Box<ReportKind>),
+}
+
+/// Runs `fut` unless a stop arrives first.
+pub(super) async fn stoppable<T>(
+    stop: &mut watch::Receiver<Option<Stop>>,
+    fut: impl std::future::Future<Output = T>,
+) -> Result<T, StepError> {
+    if let Some(s) = *stop.borrow() {
+        return Err(StepError::Stopped(s));
+    }
+    tokio::select! {
+        v = fut => Ok(v),
+        s = stop.wait_for(|s| s.is_some()) => Err(StepError::Stopped(s.map(|s| s.unwrap()).unwrap_or(Stop::Shutdown))),
+    }
+}
+
+impl Worker {
+    /// Download → scan → child (probe, transcode) → upload. `Ok` (or
+    /// `Err(StepError::Report)`) is the terminal report to send.
+    pub(super) async fn steps(
+        &self,
+        job: &TranscodeJob,
+        work: &JobDir,
+        reports: &Reports,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+        uploaded: &mut Vec<String>,
+    ) -> Result<ReportKind, StepError> {
+        // 1. Download (unless it is too large to be scanned).
+        progress.set(Phase::Downloading, 0.0);
+        let sc = &self.settings.scanner;
+        if sc.enabled && job.source_size_bytes > sc.stream_max_length_bytes {
+            return Err(too_large_to_scan(job.source_size_bytes, sc.stream_max_length_bytes, Instant::now()));
+        }
+        let source_path = work.path().join("source");
+        stoppable(stop, self.download(job, &source_path, progress)).await??;
+
+        // 2. Scan: nothing below sees the file before a clean verdict.
+        let scanned = self.scan_source(job, &source_path, progress, stop).await?;
+        reports.send(ReportKind::Scanned { outcome: scanned }).await.map_err(StepError::Transient)?;
+
+        // 3–4. Probe and transcode in the child.
+        progress.set(Phase::Probing, 11.0);
+        let t = &self.settings.transcoder;
+        let media_job = MediaJob { input: source_path, out_dir: work.path().join("out"), limits: t.limits(), ladder: t.ladder.clone() };
+        let outcome = self.run_child(job, work, &media_job, progress, stop).await?;
+
+        // 5. Upload, tallest first, then the poster.
+        let (renditions, poster) = self.upload_outputs(job, &outcome, progress, stop, uploaded).await?;
+        if let Some(s) = *stop.borrow() {
+            return Err(StepError::Stopped(s));
+        }
+        Ok(ReportKind::Succeeded { source: outcome.source, renditions, poster })
+    }
+
+    /// Probes and transcodes `media_job` in a supervised child (progress
+    /// 12–90 %). A permanent failure is `Err(StepError::Report(Failed{…}))`.
+    async fn run_child(
+        &self,
+        job: &TranscodeJob,
+        work: &JobDir,
+        media_job: &MediaJob,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+    ) -> Result<MediaOutcome, StepError> {
+        let t = &self.settings.transcoder;
+        let spec =
+            child::write_spec(work.path(), media_job).map_err(|e| StepError::Transient(anyhow!(e).context("writing the child spec")))?;
+        let limits = child::Limits {
+            stall_timeout: t.stall_timeout(),
+            base_budget: Duration::from_secs(600).max(t.stall_timeout() * 2),
+            budget_per_media_second: 20.0,
+            assumed_duration_seconds: t.max_duration_seconds,
+        };
+        let spawned = Instant::now();
+        let mut probed_at: Option<Instant> = None;
+        let mut cmd = child::worker_command(&self.child_exe, &spec);
+        cmd.env(child::CORRELATION_ID_ENV, job.operation_id.as_str());
+        let outcome = child::supervise(cmd, limits, stop.clone(), |m| match m {
+            ChildMessage::Probed { .. } => {
+                probed_at = Some(Instant::now());
+                progress.set(Phase::Transcoding, 12.0)
+            }
+            ChildMessage::Progress { fraction } => progress.set(Phase::Transcoding, 12.0 + 78.0 * fraction),
+            _ => {}
+        })
+        .await;
+        match outcome {
+            ChildOutcome::Succeeded(o) => {
+                record_transcode_durations(&o, probed_at.unwrap_or(spawned).elapsed());
+                Ok(o)
+            }
+            ChildOutcome::Failed { error, source } => {
+                tracing::info!(code = %error.code, detail = ?error.detail, "permanent failure");
+                Err(StepError::Report(Box::new(ReportKind::Failed { error, source })))
+            }
+            ChildOutcome::Internal(m) => Err(StepError::Transient(anyhow!("worker child: {m}"))),
+            ChildOutcome::Stopped(s) => Err(StepError::Stopped(s)),
+        }
+    }
+
+    /// Uploads the renditions, tallest first, to `<output_prefix>renditions/<name>.mp4`
+    /// (progress 90–99 % by bytes), then the poster to `<output_prefix>poster.jpg`.
+    async fn upload_outputs(
+        &self,
+        job: &TranscodeJob,
+        outcome: &MediaOutcome,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+        uploaded: &mut Vec<String>,
+    ) -> Result<(Vec<Rendition>, Option<Poster>), StepError> {
+        progress.set(Phase::Uploading, 90.0);
+        let total: u64 = outcome.transcoded.renditions.iter().map(|r| r.size_bytes).sum::<u64>().max(1);
+        let mut done = 0u64;
+        let mut renditions = Vec::new();
+        for r in &outcome.transcoded.renditions {
+            let key = format!("{}renditions/{}.mp4", job.output_prefix, r.name);
+            uploaded.push(key.clone());
+            stoppable(stop, self.upload(&r.path, &key, "video/mp4")).await??;
+            done += r.size_bytes;
+            progress.set(Phase::Uploading, 90.0 + 9.0 * done as f64 / total as f64);
+            renditions.push(Rendition {
+                name: r.name.clone(),
+                width: r.width,
+                height: r.height,
+                bitrate: r.bitrate,
+                size_bytes: r.size_bytes,
+                content_type: "video/mp4".into(),
+                storage_key: key,
+                url: None,
+                url_expires_at: None,
+            });
+        }
+        let poster = match &outcome.transcoded.poster {
+            Some(p) => {
+                let key = format!("{}poster.jpg", job.output_prefix);
+                uploaded.push(key.clone());
+                stoppable(stop, self.upload(&p.path, &key, "image/jpeg")).await??;
+                Some(Poster { width: p.width, height: p.height, storage_key: key, url: None })
+            }
+            None => None,
+        };
+        Ok((renditions, poster))
+    }
+}
