@@ -1,19 +1,24 @@
 //! The worker against the real stack: RabbitMQ on 127.0.0.1:5672 and Garage S3,
 //! with the credentials `scripts/stack.sh infra-up` writes to `.local/stack.env`
-//! (or the same `VID__…` variables in the environment). A unique AMQP prefix
-//! and S3 key prefix keep the test away from everything else.
+//! (or the same `VID__…` variables in the environment). Every test starts its
+//! own worker with a unique AMQP prefix and S3 key prefix, which keeps it away
+//! from everything else, the other tests of this file included.
 //!
-//! One test, in sequence: success with the report sequence and the outputs in
+//! One test per scenario: success with the report sequence and the outputs in
 //! S3; a PNG (permanent failure); a malformed job (acked); a missing source
 //! (transient: requeued until the delivery limit dead-letters it); a cancel
 //! while transcoding; a graceful shutdown that hands the running job back to
-//! the queue (a republished copy; see `tests/shutdown.rs` for the delivery count).
+//! the queue (a republished copy; see `tests/shutdown.rs` for the delivery
+//! count). Each checks what the worker's `/metrics` page counted for it: the
+//! `amqp_messages_consumed_total` samples carry the test's own queue name, so
+//! they are exact; `transcode_jobs_total` is process-wide, hence "at least".
 
 mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -22,7 +27,7 @@ use lapin::types::FieldTable;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::Phase;
 use vid_core::{OperationId, TenantId, VideoId};
-use vid_infra::amqp::{Publisher, Topology, RK_JOB};
+use vid_infra::amqp::{Publisher, Topology, RK_JOB, RK_REPORT};
 use vid_infra::settings::{AmqpSettings, LogFormat, S3Settings, TelemetrySettings};
 use vid_infra::SecretString;
 use vid_transcoder::settings::{ScannerSettings, Settings, TranscoderSettings};
@@ -59,6 +64,7 @@ fn settings(env: &HashMap<String, String>, prefix: &str, work_dir: &Path) -> Set
     }
 }
 
+/// One test's world: its own broker names, key prefix, work dir and running worker.
 struct Harness {
     s3: aws_sdk_s3::Client,
     bucket: String,
@@ -66,10 +72,58 @@ struct Harness {
     topology: Topology,
     reports: Reports,
     key_prefix: String,
-    work_dir: PathBuf,
+    work_dir: tempfile::TempDir,
+    clips: Clips,
+    _clips_dir: tempfile::TempDir,
+    ready: Arc<AtomicBool>,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Harness {
+    /// Declares a fresh topology, starts the report collector and a worker,
+    /// and waits (≤ 20 s) until the worker consumes.
+    async fn start() -> Self {
+        let env = stack_env();
+        let unique = format!("vidtest{}", OperationId::generate().as_str().to_lowercase().replace("op_", ""));
+        let clips_dir = tempfile::tempdir().unwrap();
+        let work_dir = tempfile::tempdir().unwrap();
+        let settings = settings(&env, &unique, work_dir.path());
+        // The test's side of the broker: publisher and the report collector.
+        let (publisher, topology, reports) = broker_side(&settings.amqp, true).await;
+        let worker = Worker::new(settings.clone(), PathBuf::from(env!("CARGO_BIN_EXE_transcoder")));
+        let ready = worker.ready.clone();
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(async move { worker.run(stop_rx).await });
+        let t = Instant::now();
+        while !ready.load(Ordering::SeqCst) {
+            assert!(t.elapsed() < Duration::from_secs(20), "worker never got ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Self {
+            s3: vid_infra::storage::client(&settings.s3),
+            bucket: settings.s3.bucket.clone(),
+            publisher,
+            topology,
+            reports,
+            key_prefix: format!("test/{unique}/"),
+            work_dir,
+            clips: Clips::new(clips_dir.path()),
+            _clips_dir: clips_dir,
+            ready,
+            stop,
+            running: Some(running),
+        }
+    }
+
+    fn work_dir(&self) -> &Path {
+        self.work_dir.path()
+    }
+
+    fn channel(&self) -> &lapin::Channel {
+        self.publisher.channel()
+    }
+
     async fn put(&self, key: &str, path: &Path) {
         let body = aws_sdk_s3::primitives::ByteStream::from_path(path).await.unwrap();
         self.s3.put_object().bucket(&self.bucket).key(key).body(body).send().await.unwrap();
@@ -123,9 +177,109 @@ impl Harness {
         self.wait_for(job, "a terminal report", Duration::from_secs(120), |r| r.iter().any(is_terminal)).await
     }
 
+    async fn transcoding(&self, job: &TranscodeJob) {
+        self.wait_for(job, "the transcoding phase", Duration::from_secs(60), |r| {
+            r.iter().any(|r| matches!(r.kind, ReportKind::Progress { phase: Phase::Transcoding, .. }))
+        })
+        .await;
+    }
+
+    /// Every report published before this call has reached the collector:
+    /// a marker report is published through the same exchange into the same
+    /// (FIFO, single-consumer) queue, and this returns once it arrived.
+    async fn reports_delivered(&self) {
+        let marker = TranscodeJob {
+            operation_id: OperationId::generate(),
+            video_id: VideoId::generate(),
+            tenant_id: TenantId::generate(),
+            source_key: String::new(),
+            source_size_bytes: 0,
+            output_prefix: String::new(),
+        };
+        let report = TranscodeReport {
+            operation_id: marker.operation_id.clone(),
+            video_id: marker.video_id.clone(),
+            worker: "queue-test-marker".into(),
+            emitted_at: chrono::Utc::now(),
+            kind: ReportKind::Started,
+        };
+        let op = marker.operation_id.as_str();
+        self.publisher.publish_json(&self.topology.reports_exchange(), RK_REPORT, &report, Some(op)).await.unwrap();
+        self.wait_for(&marker, "the marker report", Duration::from_secs(10), |r| !r.is_empty()).await;
+    }
+
     async fn keys_under(&self, prefix: &str) -> Vec<String> {
         let out = self.s3.list_objects_v2().bucket(&self.bucket).prefix(prefix).send().await.unwrap();
         out.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
+    }
+
+    /// Messages ready in this test's jobs queue.
+    async fn jobs_ready(&self) -> u32 {
+        let q = self
+            .channel()
+            .queue_declare(
+                &self.topology.transcode_jobs(),
+                QueueDeclareOptions { passive: true, ..Default::default() },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        q.message_count()
+    }
+
+    /// `amqp_messages_consumed_total{queue=<this test's jobs queue>, outcome}`.
+    fn consumed(&self, outcome: &str) -> f64 {
+        sample("amqp_messages_consumed_total", &[("queue", &self.topology.transcode_jobs()), ("outcome", outcome)])
+    }
+
+    /// Waits (≤ 30 s) until this test's jobs queue counted `n` settlements of `outcome`.
+    async fn wait_consumed(&self, outcome: &str, n: f64) {
+        let t = Instant::now();
+        while self.consumed(outcome) < n {
+            assert!(t.elapsed() < Duration::from_secs(30), "never {n} × {outcome}:\n{}", vid_transcoder::health::render_metrics());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the worker gracefully (≤ 15 s) and returns how long that took.
+    async fn shut_down(&mut self) -> Duration {
+        let t = Instant::now();
+        self.stop.send(true).unwrap();
+        let running = self.running.take().expect("running");
+        tokio::time::timeout(Duration::from_secs(15), running).await.expect("shutdown finishes").unwrap().unwrap();
+        t.elapsed()
+    }
+
+    /// Stops the worker (if running) and deletes the test's broker names and objects.
+    async fn finish(mut self) {
+        if self.running.is_some() {
+            self.shut_down().await;
+        }
+        delete_broker_names(self.channel(), &self.topology).await;
+        for k in self.keys_under(&self.key_prefix).await {
+            let _ = self.s3.delete_object().bucket(&self.bucket).key(k).send().await;
+        }
+    }
+}
+
+/// The sum of the samples of `name` on the worker's `/metrics` page that carry all of `labels`.
+fn sample(name: &str, labels: &[(&str, &str)]) -> f64 {
+    let page = vid_transcoder::health::render_metrics();
+    page.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits (≤ 5 s) until `transcode_jobs_total{outcome}` (process-wide) is at
+/// least `at_least`: the worker counts it just after it settles the delivery.
+async fn assert_jobs_total(outcome: &str, at_least: f64) {
+    let t = Instant::now();
+    while sample("transcode_jobs_total", &[("outcome", outcome)]) < at_least {
+        let page = vid_transcoder::health::render_metrics();
+        assert!(t.elapsed() < Duration::from_secs(5), "transcode_jobs_total{{outcome={outcome}}} < {at_least}:\n{page}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -155,39 +309,9 @@ fn check_sequence(reports: &[TranscodeReport]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_against_rabbitmq_and_garage() {
-    let env = stack_env();
-    let unique = format!("vidtest{}", OperationId::generate().as_str().to_lowercase().replace("op_", ""));
-    let clips_dir = tempfile::tempdir().unwrap();
-    let work_dir = tempfile::tempdir().unwrap();
-    let settings = settings(&env, &unique, work_dir.path());
-
-    // The test's side of the broker: publisher and the report collector.
-    let (publisher, topology, reports) = broker_side(&settings.amqp, true).await;
-    let ch = publisher.channel().clone();
-    let h = Harness {
-        s3: vid_infra::storage::client(&settings.s3),
-        bucket: settings.s3.bucket.clone(),
-        publisher: publisher.clone(),
-        topology: topology.clone(),
-        reports,
-        key_prefix: format!("test/{unique}/"),
-        work_dir: work_dir.path().into(),
-    };
-
-    let worker = Worker::new(settings.clone(), PathBuf::from(env!("CARGO_BIN_EXE_transcoder")));
-    let ready = worker.ready.clone();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(async move { worker.run(stop_rx).await });
-    let t = Instant::now();
-    while !ready.load(Ordering::SeqCst) {
-        assert!(t.elapsed() < Duration::from_secs(20), "worker never got ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    // 1. Success: reports, outputs in S3, work dir gone.
-    let clips = Clips::new(clips_dir.path());
-    let src = clips.av("ok.mp4", "640x360", "3");
+async fn a_job_succeeds_with_its_reports_and_outputs_in_s3() {
+    let h = Harness::start().await;
+    let src = h.clips.av("ok.mp4", "640x360", "3");
     let job = h.submit(Some(&src)).await;
     let r = h.terminal(&job).await;
     for x in &r {
@@ -206,30 +330,60 @@ async fn worker_against_rabbitmq_and_garage() {
     let head = h.s3.head_object().bucket(&h.bucket).key(&poster.storage_key).send().await.unwrap();
     assert_eq!(head.content_type(), Some("image/jpeg"));
     let got = h.s3.get_object().bucket(&h.bucket).key(&renditions[0].storage_key).send().await.unwrap();
-    let local = clips_dir.path().join("got.mp4");
+    let local = h.clips.path("got.mp4");
     std::fs::write(&local, got.body.collect().await.unwrap().into_bytes()).unwrap();
     let p = ffprobe(&local);
     assert_eq!(p["streams"][0]["codec_name"], "h264");
     assert_eq!(p["streams"][1]["codec_name"], "aac");
-    assert!(!h.work_dir.join(job.operation_id.as_str()).exists(), "work dir removed");
+    assert!(!h.work_dir().join(job.operation_id.as_str()).exists(), "work dir removed");
 
-    // 2. Permanent failure: a PNG renamed .mp4.
-    let png = clips_dir.path().join("image.mp4");
+    // The ack follows the terminal report's confirm: wait for it, then count.
+    h.wait_consumed("ack", 1.0).await;
+    assert_eq!(h.consumed("ack"), 1.0);
+    assert_eq!(h.consumed("requeue"), 0.0);
+    assert_jobs_total("succeeded", 1.0).await;
+    assert!(sample("transcode_duration_seconds_count", &[("rendition", "360p")]) >= 1.0);
+    let page = vid_transcoder::health::render_metrics();
+    assert!(page.contains("vid_transcoder_scans_total{outcome="), "the scan counters stay on the page:\n{page}");
+    h.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_png_renamed_mp4_fails_permanently() {
+    let h = Harness::start().await;
+    let png = h.clips.path("image.mp4");
     ffmpeg(&["-f", "lavfi", "-i", "testsrc=size=64x64", "-frames:v", "1", "-f", "image2", "-c:v", "png", png.to_str().unwrap()]);
     let bad = h.submit(Some(&png)).await;
     let r = h.terminal(&bad).await;
     check_sequence(&r);
     let ReportKind::Failed { error, source } = &r.last().unwrap().kind else { panic!("{r:#?}") };
     assert_eq!((error.code.as_str(), error.status, source.is_none()), ("unsupported_container", 422, true));
+    h.wait_consumed("ack", 1.0).await;
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (1.0, 0.0));
+    assert_jobs_total("failed", 1.0).await;
+    h.finish().await;
+}
 
-    // 3. A malformed job is acked and dropped (checked at the end: the queue holds only the shutdown job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_job_is_acked_and_dropped() {
+    let h = Harness::start().await;
     h.publisher.publish(&h.topology.transcode_exchange(), RK_JOB, b"{not json", None).await.unwrap();
+    h.wait_consumed("ack", 1.0).await;
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (1.0, 0.0));
+    assert_eq!(h.jobs_ready().await, 0, "acked, not requeued");
+    let dead = h.channel().basic_get(&h.topology.transcode_dead(), BasicGetOptions { no_ack: true }).await.unwrap();
+    assert!(dead.is_none(), "dropped, not dead-lettered");
+    assert_jobs_total("malformed", 1.0).await;
+    h.finish().await;
+}
 
-    // 4. Transient: the source is missing → nack/requeue until the delivery limit dead-letters it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_source_is_requeued_until_dead_lettered() {
+    let h = Harness::start().await;
     let missing = h.submit(None).await;
     let t = Instant::now();
     let dead = loop {
-        let got = ch.basic_get(&h.topology.transcode_dead(), BasicGetOptions { no_ack: true }).await.unwrap();
+        let got = h.channel().basic_get(&h.topology.transcode_dead(), BasicGetOptions { no_ack: true }).await.unwrap();
         if let Some(m) = got {
             break serde_json::from_slice::<TranscodeJob>(&m.delivery.data).unwrap();
         }
@@ -240,15 +394,19 @@ async fn worker_against_rabbitmq_and_garage() {
     let r = h.reports(&missing);
     assert!(r.iter().all(|r| !is_terminal(r)), "a transient failure reports nothing terminal: {r:#?}");
     assert!(r.iter().filter(|r| r.kind == ReportKind::Started).count() >= 5, "one Started per delivery: {r:#?}");
+    h.wait_consumed("requeue", 5.0).await;
+    assert_eq!(h.consumed("ack"), 0.0);
+    assert_jobs_total("retry", 5.0).await;
+    h.finish().await;
+}
 
-    // 5. Cancel while transcoding: the child dies, outputs are deleted, nothing more is reported.
-    let long = clips.av("long.mp4", "1280x720", "20");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_transcoding_stops_the_work_and_deletes_the_outputs() {
+    let h = Harness::start().await;
+    let long = h.clips.av("long.mp4", "1280x720", "20");
     let job = h.submit(Some(&long)).await;
-    h.wait_for(&job, "the transcoding phase", Duration::from_secs(60), |r| {
-        r.iter().any(|r| matches!(r.kind, ReportKind::Progress { phase: Phase::Transcoding, .. }))
-    })
-    .await;
-    let wd = h.work_dir.join(job.operation_id.as_str());
+    h.transcoding(&job).await;
+    let wd = h.work_dir().join(job.operation_id.as_str());
     assert!(wd.exists());
     let t = Instant::now();
     h.publisher
@@ -263,65 +421,39 @@ async fn worker_against_rabbitmq_and_garage() {
     }
     let stopped_after = t.elapsed();
     let stopped_at = chrono::Utc::now();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // No fixed sleep: the delivery is acked only after the job has published
+    // all it ever will (every report is confirmed first), and the marker
+    // report then proves the collector has received all of those.
+    h.wait_consumed("ack", 1.0).await;
+    h.reports_delivered().await;
     let r = h.reports(&job);
     eprintln!("cancel: stopped after {stopped_after:?}; reports {:?}", r.iter().map(|r| &r.kind).collect::<Vec<_>>());
     assert!(r.iter().all(|r| !is_terminal(r)), "nothing terminal after a cancel: {r:#?}");
     let late: Vec<_> = r.iter().filter(|r| r.emitted_at > stopped_at + chrono::Duration::seconds(1)).collect();
     assert!(late.is_empty(), "nothing reported once the work stopped: {late:#?}");
     assert!(h.keys_under(&job.output_prefix).await.is_empty(), "no outputs left after a cancel");
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (1.0, 0.0));
+    assert!(sample("amqp_messages_consumed_total", &[("queue", &h.topology.control_exchange()), ("outcome", "ack")]) >= 1.0);
+    assert_jobs_total("cancelled", 1.0).await;
+    h.finish().await;
+}
 
-    // 6. Graceful shutdown with a job running: killed after the grace period and handed back to the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_hands_the_running_job_back() {
+    let mut h = Harness::start().await;
+    let long = h.clips.av("long.mp4", "1280x720", "20");
     let job = h.submit(Some(&long)).await;
-    h.wait_for(&job, "the transcoding phase", Duration::from_secs(60), |r| {
-        r.iter().any(|r| matches!(r.kind, ReportKind::Progress { phase: Phase::Transcoding, .. }))
-    })
-    .await;
-    let t = Instant::now();
-    stop_tx.send(true).unwrap();
-    tokio::time::timeout(Duration::from_secs(15), running).await.expect("shutdown finishes").unwrap().unwrap();
-    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
-    assert!(!ready.load(Ordering::SeqCst));
+    h.transcoding(&job).await;
+    let took = h.shut_down().await;
+    assert!(took < Duration::from_secs(8), "{took:?}");
+    assert!(!h.ready.load(Ordering::SeqCst));
     assert!(h.reports(&job).iter().all(|r| !is_terminal(r)));
-    assert!(!h.work_dir.join(job.operation_id.as_str()).exists(), "work dir removed on shutdown");
-    assert_eq!(std::fs::read_dir(&h.work_dir).unwrap().count(), 0, "no job directory or lock file left");
-    let q = ch
-        .queue_declare(&h.topology.transcode_jobs(), QueueDeclareOptions { passive: true, ..Default::default() }, FieldTable::default())
-        .await
-        .unwrap();
-    assert_eq!(q.message_count(), 1, "only the requeued shutdown job is left (the others were acked)");
-    let m = ch.basic_get(&h.topology.transcode_jobs(), BasicGetOptions { no_ack: true }).await.unwrap().expect("handed-back job");
+    assert!(!h.work_dir().join(job.operation_id.as_str()).exists(), "work dir removed on shutdown");
+    assert_eq!(std::fs::read_dir(h.work_dir()).unwrap().count(), 0, "no job directory or lock file left");
+    assert_eq!(h.jobs_ready().await, 1, "only the requeued shutdown job is left");
+    let m = h.channel().basic_get(&h.topology.transcode_jobs(), BasicGetOptions { no_ack: true }).await.unwrap().expect("handed-back job");
     assert_eq!(serde_json::from_slice::<TranscodeJob>(&m.delivery.data).unwrap().operation_id, job.operation_id);
-
-    // 7. The worker's /metrics page counted all of it (this test's queue is its own;
-    // the job counters are process-wide, hence at least).
-    let page = vid_transcoder::health::render_metrics();
-    let sample = |name: &str, labels: &[(&str, &str)]| -> f64 {
-        page.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-            .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
-    };
-    let jobs_queue = h.topology.transcode_jobs();
-    assert_eq!(
-        sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "ack")]),
-        4.0,
-        "success, failure, malformed, cancel:\n{page}"
-    );
-    assert!(sample("amqp_messages_consumed_total", &[("queue", &jobs_queue), ("outcome", "requeue")]) >= 5.0, "{page}");
-    assert!(sample("amqp_messages_consumed_total", &[("queue", &h.topology.control_exchange()), ("outcome", "ack")]) >= 1.0, "{page}");
-    for (outcome, at_least) in
-        [("succeeded", 1.0), ("failed", 1.0), ("malformed", 1.0), ("retry", 5.0), ("cancelled", 1.0), ("shutdown", 1.0)]
-    {
-        assert!(sample("transcode_jobs_total", &[("outcome", outcome)]) >= at_least, "transcode_jobs_total{{outcome={outcome}}}:\n{page}");
-    }
-    assert!(sample("transcode_duration_seconds_count", &[("rendition", "360p")]) >= 1.0, "{page}");
-    assert!(page.contains("vid_transcoder_scans_total{outcome="), "the scan counters stay on the page:\n{page}");
-
-    // Clean up the broker and the bucket.
-    delete_broker_names(&ch, &h.topology).await;
-    for k in h.keys_under(&h.key_prefix).await {
-        let _ = h.s3.delete_object().bucket(&h.bucket).key(k).send().await;
-    }
+    assert_eq!((h.consumed("requeue"), h.consumed("ack")), (1.0, 0.0));
+    assert_jobs_total("shutdown", 1.0).await;
+    h.finish().await;
 }
