@@ -1,7 +1,7 @@
 //! Watching operations without polling (issue 12): `:wait`, the event stream,
 //! wake-ups across api instances through PostgreSQL LISTEN/NOTIFY, and the
 //! per-tenant bound. Real api in-process, real PostgreSQL; changes are driven
-//! through `vid_api::lifecycle` (what the transcoder-report consumer calls).
+//! through `vid_api::domain::operation::apply` (what the transcoder-report consumer calls).
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{problem_code, TestApi};
-use vid_api::lifecycle::{self, Outcome};
+use vid_api::domain::operation::{self, Applied, Outcome, Transition};
 use vid_core::operation::{OperationStatus, Phase, WaitReason};
 use vid_core::video::SourceMetadata;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
@@ -56,9 +56,14 @@ async fn new_operation(api: &TestApi, tenant: &TenantId) -> OperationId {
     op
 }
 
+/// Applies a transition as the consumers do.
+async fn apply(api: &TestApi, op: &OperationId, transition: Transition) -> Applied {
+    let mut conn = api.state.db.get().await.unwrap();
+    operation::apply(&mut conn, &api.state.outbox, op, transition).await.unwrap()
+}
+
 async fn progress(api: &TestApi, op: &OperationId, phase: Phase, percent: u8) {
-    let applied = lifecycle::record_progress(&api.state.db, &api.state.topology, op, Some(phase), percent).await.unwrap();
-    assert_eq!(applied, lifecycle::Applied::Changed);
+    assert_eq!(apply(api, op, Transition::Progress { phase: Some(phase), percent }).await, Applied::Changed);
 }
 
 async fn succeed(api: &TestApi, op: &OperationId) {
@@ -74,7 +79,7 @@ async fn succeed(api: &TestApi, op: &OperationId) {
         size_bytes: 1,
     };
     let outcome = Outcome::Succeeded { source, renditions: Vec::new(), poster: None };
-    assert_eq!(lifecycle::finish(&api.state.db, &api.state.topology, op, outcome).await.unwrap(), lifecycle::Applied::Changed);
+    assert_eq!(apply(api, op, Transition::Finish(outcome)).await, Applied::Changed);
 }
 
 /// Waits until the tenant holds `n` watchers on `api` (i.e. a wait or stream is registered).
@@ -439,7 +444,7 @@ async fn a_late_report_never_rewinds_the_phase() {
     progress(&api, &op, Phase::Transcoding, 50).await;
     let at = revision().await;
 
-    lifecycle::record_progress(&api.state.db, &api.state.topology, &op, Some(Phase::Downloading), 5).await.unwrap();
+    apply(&api, &op, Transition::Progress { phase: Some(Phase::Downloading), percent: 5 }).await;
     let shown = client.get_operation(&op).await.unwrap();
     assert_eq!((shown.status, shown.progress, shown.metadata.phase), (OperationStatus::Running, 50, Some(Phase::Transcoding)));
     assert_eq!(revision().await, at, "a report that changes nothing shown is no change");
