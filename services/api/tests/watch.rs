@@ -483,3 +483,37 @@ async fn wait_bodies_past_the_limit_or_malformed_are_problems() {
     let resp = http.post(&url).bearer_auth(&key).header("content-type", "application/json").body(body).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }
+
+/// A stored state the code does not know (here a phase no release wrote) is
+/// never read as a plausible answer: reading it is `500 internal`, and a
+/// transition on it fails (the consumer then retries) without changing anything.
+#[tokio::test]
+async fn a_corrupt_stored_state_is_a_500_not_a_plausible_answer() {
+    let api = TestApi::start(&[]).await;
+    let (_, client, op) = tenant_with_operation(&api).await;
+    progress(&api, &op, Phase::Downloading, 10).await;
+    let mut conn = api.state.db.get().await.unwrap();
+    diesel::sql_query("UPDATE operations SET phase = 'defragmenting' WHERE id = $1")
+        .bind::<diesel::sql_types::Text, _>(op.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    let err = client.get_operation(&op).await.expect_err("a corrupt row is no answer");
+    assert_eq!(problem_code(&err), "internal", "{err}");
+    assert_eq!(err.problem().map(|p| p.status), Some(500), "{err}");
+    let listed = client.list_operations(None, None).await.expect_err("nor is a page holding it");
+    assert_eq!(problem_code(&listed), "internal", "{listed}");
+
+    let mut conn = api.state.db.get().await.unwrap();
+    let transition = Transition::Progress { phase: Some(Phase::Transcoding), percent: 50 };
+    let failed = operation::apply(&mut conn, &api.state.outbox, &op, transition).await;
+    assert!(failed.is_err(), "a transition on a corrupt row fails: {failed:?}");
+    let progress: i16 = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use vid_db::schema::operations;
+        operations::table.filter(operations::id.eq(&op)).select(operations::progress).first(&mut conn).await.unwrap()
+    };
+    assert_eq!(progress, 10, "nothing changed");
+}
