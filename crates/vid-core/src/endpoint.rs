@@ -61,15 +61,17 @@ pub struct CreateEndpoint {
     pub signature_format: Option<SignatureFormat>,
 }
 
-/// Whether deliveries are attempted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum EndpointStatus {
-    /// Deliveries are attempted.
-    Enabled,
-    /// Deliveries are kept as `paused` until the endpoint is enabled again.
-    Disabled,
+text_state! {
+    /// Whether deliveries are attempted.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum EndpointStatus {
+        /// Deliveries are attempted.
+        Enabled = "enabled",
+        /// Deliveries are kept as `paused` until the endpoint is enabled again.
+        Disabled = "disabled",
+    }
 }
 
 /// A webhook endpoint as the API shows it (never with its secret, except once at creation).

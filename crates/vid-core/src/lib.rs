@@ -8,15 +8,25 @@
 //! - [`problem`]: RFC 9457 problem details with a stable `code`.
 //! - [`operation`], [`video`], [`upload`], [`endpoint`], [`event`]: the public API resources.
 //! - [`messages`]: what travels over RabbitMQ between the services.
+//! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
+//! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
+//!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`), one spelling for the wire and
+//!   the database; an unknown stored value is an error, never a default.
+
+#[macro_use]
+pub mod state;
 
 pub mod endpoint;
 pub mod event;
 pub mod ids;
 pub mod messages;
 pub mod operation;
+pub mod page;
 pub mod problem;
 pub mod upload;
 pub mod video;
 
 pub use ids::*;
+pub use page::Page;
 pub use problem::Problem;
+pub use state::UnknownState;

@@ -6,21 +6,23 @@ use serde::{Deserialize, Serialize};
 
 use crate::{OperationId, Problem, VideoId};
 
-/// Where an operation is in its life. `succeeded`, `failed` and `cancelled` are terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum OperationStatus {
-    /// Accepted, waiting for a worker.
-    Pending,
-    /// A worker holds it; `progress` moves.
-    Running,
-    /// Finished; `result` is set.
-    Succeeded,
-    /// Finished with an error; `error` is set.
-    Failed,
-    /// Cancelled by the caller; `error` has code `cancelled`.
-    Cancelled,
+text_state! {
+    /// Where an operation is in its life. `succeeded`, `failed` and `cancelled` are terminal.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum OperationStatus {
+        /// Accepted, waiting for a worker.
+        Pending = "pending",
+        /// A worker holds it; `progress` moves.
+        Running = "running",
+        /// Finished; `result` is set.
+        Succeeded = "succeeded",
+        /// Finished with an error; `error` is set.
+        Failed = "failed",
+        /// Cancelled by the caller; `error` has code `cancelled`.
+        Cancelled = "cancelled",
+    }
 }
 
 impl OperationStatus {
@@ -28,53 +30,32 @@ impl OperationStatus {
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Succeeded | Self::Failed | Self::Cancelled)
     }
-
-    /// The wire and database spelling (`pending`, `running`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// Parses the wire spelling; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "pending" => Self::Pending,
-            "running" => Self::Running,
-            "succeeded" => Self::Succeeded,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
-    }
 }
 
-/// The step a running transcode is in, shown as `metadata.phase`.
-///
-/// Ordered as the pipeline runs (`Queued` < `Downloading` < … < `Done`); like
-/// `progress`, the phase an operation shows never moves backwards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Queued, no worker yet.
-    Queued,
-    /// Fetching the source from storage.
-    Downloading,
-    /// Scanning the source for malware.
-    Scanning,
-    /// Reading container and stream metadata, validating limits.
-    Probing,
-    /// Decoding and encoding the renditions.
-    Transcoding,
-    /// Writing renditions and poster to storage.
-    Uploading,
-    /// Nothing left to do.
-    Done,
+text_state! {
+    /// The step a running transcode is in, shown as `metadata.phase`.
+    ///
+    /// Ordered as the pipeline runs (`Queued` < `Downloading` < … < `Done`); like
+    /// `progress`, the phase an operation shows never moves backwards.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum Phase {
+        /// Queued, no worker yet.
+        Queued = "queued",
+        /// Fetching the source from storage.
+        Downloading = "downloading",
+        /// Scanning the source for malware.
+        Scanning = "scanning",
+        /// Reading container and stream metadata, validating limits.
+        Probing = "probing",
+        /// Decoding and encoding the renditions.
+        Transcoding = "transcoding",
+        /// Writing renditions and poster to storage.
+        Uploading = "uploading",
+        /// Nothing left to do.
+        Done = "done",
+    }
 }
 
 /// Extra, non-contractual facts about a running operation.
@@ -92,34 +73,17 @@ pub struct OperationMetadata {
     pub scan: Option<ScanOutcome>,
 }
 
-/// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum ScanOutcome {
-    /// The scanner found nothing.
-    Clean,
-    /// Scanning is turned off (`scanner.enabled = false`, development only):
-    /// the source was not scanned.
-    Skipped,
-}
-
-impl ScanOutcome {
-    /// The wire and database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Clean => "clean",
-            Self::Skipped => "skipped",
-        }
-    }
-
-    /// Parses the wire spelling; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "clean" => Some(Self::Clean),
-            "skipped" => Some(Self::Skipped),
-            _ => None,
-        }
+text_state! {
+    /// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum ScanOutcome {
+        /// The scanner found nothing.
+        Clean = "clean",
+        /// Scanning is turned off (`scanner.enabled = false`, development only):
+        /// the source was not scanned.
+        Skipped = "skipped",
     }
 }
 

@@ -33,47 +33,24 @@ pub struct CreateUpload {
     pub filename: Option<String>,
 }
 
-/// Where an upload is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum UploadStatus {
-    /// Parts may be PUT.
-    Created,
-    /// `complete` is assembling the parts (briefly: if storage refuses, the
-    /// upload is `created` again); `parts:sign` answers `409 upload_completing` meanwhile.
-    Completing,
-    /// Assembled; a transcode operation exists.
-    Completed,
-    /// Aborted by the client (`DELETE /uploads/{id}`).
-    Aborted,
-    /// Not completed by its `expires_at`: signing and completing are refused
-    /// from that instant on, and the janitor aborts the multipart upload.
-    Expired,
-}
-
-impl UploadStatus {
-    /// The wire and database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Created => "created",
-            Self::Completing => "completing",
-            Self::Completed => "completed",
-            Self::Aborted => "aborted",
-            Self::Expired => "expired",
-        }
-    }
-
-    /// Parses the wire spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "created" => Self::Created,
-            "completing" => Self::Completing,
-            "completed" => Self::Completed,
-            "aborted" => Self::Aborted,
-            "expired" => Self::Expired,
-            _ => return None,
-        })
+text_state! {
+    /// Where an upload is in its life.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum UploadStatus {
+        /// Parts may be PUT.
+        Created = "created",
+        /// `complete` is assembling the parts (briefly: if storage refuses, the
+        /// upload is `created` again); `parts:sign` answers `409 upload_completing` meanwhile.
+        Completing = "completing",
+        /// Assembled; a transcode operation exists.
+        Completed = "completed",
+        /// Aborted by the client (`DELETE /uploads/{id}`).
+        Aborted = "aborted",
+        /// Not completed by its `expires_at`: signing and completing are refused
+        /// from that instant on, and the janitor aborts the multipart upload.
+        Expired = "expired",
     }
 }
 

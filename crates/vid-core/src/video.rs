@@ -5,41 +5,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::{OperationId, VideoId};
 
-/// A video's life: `processing` until its operation is terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum VideoStatus {
-    /// The source is uploaded; the transcode has not finished.
-    Processing,
-    /// Renditions are available.
-    Ready,
-    /// The transcode failed; see the operation's `error`.
-    Failed,
-    /// The transcode was cancelled.
-    Cancelled,
-}
-
-impl VideoStatus {
-    /// The wire and database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Processing => "processing",
-            Self::Ready => "ready",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
-    }
-
-    /// Parses the wire spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "processing" => Self::Processing,
-            "ready" => Self::Ready,
-            "failed" => Self::Failed,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
+text_state! {
+    /// A video's life: `processing` until its operation is terminal.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum VideoStatus {
+        /// The source is uploaded; the transcode has not finished.
+        Processing = "processing",
+        /// Renditions are available.
+        Ready = "ready",
+        /// The transcode failed; see the operation's `error`.
+        Failed = "failed",
+        /// The transcode was cancelled.
+        Cancelled = "cancelled",
     }
 }
 

@@ -1,0 +1,25 @@
+//! The api's persistence layer: every row type and every SQL statement of
+//! the api (except the webhook endpoint and delivery tables, whose queries
+//! the delivery routes still hold until they move here).
+//!
+//! Invariants:
+//! - only `store/` names `vid_db::schema` (checked by `tests/layers.rs`);
+//! - functions take a connection (`&mut Conn`), so the caller decides the
+//!   transaction; none commits on its own except where its docs say so;
+//! - states are typed ([`vid_core::upload::UploadStatus`], …): a stored value
+//!   the code does not know is a deserialize error, which handlers answer as
+//!   a logged `500 internal` and consumers retry, never a plausible default.
+//!
+//! One module per group of tables: [`uploads`], [`operations`] (with
+//! `videos`), [`events`], [`outbox`], [`idempotency`], [`tenants`] (with
+//! `api_keys`).
+
+pub mod events;
+pub mod idempotency;
+pub mod operations;
+pub mod outbox;
+pub mod tenants;
+pub mod uploads;
+
+/// The connection every query runs on (a pooled one derefs to it).
+pub type Conn = diesel_async::AsyncPgConnection;
