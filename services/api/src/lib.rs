@@ -23,6 +23,7 @@ pub mod routes;
 pub mod settings;
 pub mod state;
 pub mod storage;
+pub mod store;
 pub mod watch;
 
 use std::net::TcpListener;
