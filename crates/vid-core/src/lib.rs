@@ -10,7 +10,7 @@
 //! - [`messages`]: what travels over RabbitMQ between the services.
 //! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
 //! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
-//!   `VideoStatus`, `Phase`, `EndpointStatus`, `DeliveryStatus`), one spelling for the wire and
+//!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`, `DeliveryStatus`), one spelling for the wire and
 //!   the database; an unknown stored value is an error, never a default.
 
 #[macro_use]

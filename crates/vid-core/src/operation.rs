@@ -73,34 +73,17 @@ pub struct OperationMetadata {
     pub scan: Option<ScanOutcome>,
 }
 
-/// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum ScanOutcome {
-    /// The scanner found nothing.
-    Clean,
-    /// Scanning is turned off (`scanner.enabled = false`, development only):
-    /// the source was not scanned.
-    Skipped,
-}
-
-impl ScanOutcome {
-    /// The wire and database spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Clean => "clean",
-            Self::Skipped => "skipped",
-        }
-    }
-
-    /// Parses the wire spelling; `None` for anything else.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "clean" => Some(Self::Clean),
-            "skipped" => Some(Self::Skipped),
-            _ => None,
-        }
+text_state! {
+    /// The result of the malware scan that runs before any decoding, shown as `metadata.scan`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum ScanOutcome {
+        /// The scanner found nothing.
+        Clean = "clean",
+        /// Scanning is turned off (`scanner.enabled = false`, development only):
+        /// the source was not scanned.
+        Skipped = "skipped",
     }
 }
 

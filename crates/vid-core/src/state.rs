@@ -109,7 +109,7 @@ macro_rules! text_state {
 #[cfg(test)]
 mod tests {
     use crate::endpoint::EndpointStatus;
-    use crate::operation::{OperationStatus, Phase};
+    use crate::operation::{OperationStatus, Phase, ScanOutcome};
     use crate::upload::UploadStatus;
     use crate::video::VideoStatus;
 
@@ -133,6 +133,7 @@ mod tests {
         agrees(VideoStatus::ALL, VideoStatus::as_str);
         agrees(Phase::ALL, Phase::as_str);
         agrees(EndpointStatus::ALL, EndpointStatus::as_str);
+        agrees(ScanOutcome::ALL, ScanOutcome::as_str);
         assert_eq!(Phase::ALL.len(), 7);
     }
 

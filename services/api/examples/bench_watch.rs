@@ -2,7 +2,7 @@
 //! streams on a real `api` process (release build, started here as a child
 //! against a fresh database), and reports
 //! - the api's resident memory per open stream (VmRSS before/after), and
-//! - the time from a committed change (`lifecycle::record_progress` returned,
+//! - the time from a committed change (`domain::operation::apply` returned,
 //!   i.e. its COMMIT was acknowledged) to the event arriving on the stream,
 //!   p50/p99 over M changes made one at a time.
 //!
@@ -90,7 +90,7 @@ async fn main() {
     let settings: Db = vid_testkit::settings(&[("database.url", database_url.as_str())]);
     let db = vid_db::pool(&settings.database).unwrap();
     let (tenant, key) = vid_api::auth::create_tenant(&db, "bench").await.unwrap();
-    let topology = vid_infra::amqp::Topology::new(&prefix);
+    let outbox = vid_api::store::outbox::Outbox::new(vid_infra::amqp::Topology::new(&prefix));
     let client = vid_client::Client::new(&format!("http://127.0.0.1:{port}"), &key);
     let started = Instant::now();
     while client.raw(vid_client::HttpMethod::GET, "/healthz", None).await.is_err() {
@@ -138,7 +138,10 @@ async fn main() {
     for n in 0..changes {
         let i = (n * 7919) % ops.len();
         let percent = (1 + n / ops.len()).min(99) as u8;
-        vid_api::lifecycle::record_progress(&db, &topology, &ops[i], Some(Phase::Transcoding), percent).await.unwrap();
+        let mut conn = db.get().await.unwrap();
+        let progress = vid_api::domain::operation::Transition::Progress { phase: Some(Phase::Transcoding), percent };
+        vid_api::domain::operation::apply(&mut conn, &outbox, &ops[i], progress).await.unwrap();
+        drop(conn);
         let committed = Instant::now();
         loop {
             let (j, _rev, at) = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.expect("event in time").unwrap();

@@ -9,14 +9,12 @@ use std::pin::Pin;
 
 use actix_web::{web, FromRequest, HttpRequest};
 use base64::Engine;
-use diesel::prelude::*;
 use ring::rand::SecureRandom;
-use vid_core::{ApiKeyId, TenantId};
-use vid_db::schema::{api_keys, tenants};
-use vid_db::RunQueryDsl;
+use vid_core::TenantId;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::store;
 
 /// The authenticated caller. Every handler that takes it is tenant-scoped.
 #[derive(Debug, Clone)]
@@ -36,7 +34,7 @@ pub fn hash_key(key: &str) -> String {
 pub async fn create_tenant(db: &vid_db::Pool, name: &str) -> anyhow::Result<(TenantId, String)> {
     let mut conn = db.get().await?;
     let tenant_id = TenantId::generate();
-    diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant_id), tenants::name.eq(name))).execute(&mut conn).await?;
+    store::tenants::insert(&mut conn, &tenant_id, name).await?;
     let key = issue_key(&mut conn, &tenant_id).await?;
     Ok((tenant_id, key))
 }
@@ -46,15 +44,7 @@ pub async fn issue_key(conn: &mut vid_db::PooledConn, tenant_id: &TenantId) -> a
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| anyhow::anyhow!("system RNG failed"))?;
     let key = format!("vidk_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes));
-    diesel::insert_into(api_keys::table)
-        .values((
-            api_keys::id.eq(ApiKeyId::generate()),
-            api_keys::tenant_id.eq(tenant_id),
-            api_keys::key_hash.eq(hash_key(&key)),
-            api_keys::key_prefix.eq(&key[..12]),
-        ))
-        .execute(conn)
-        .await?;
+    store::tenants::insert_key(conn, tenant_id, &hash_key(&key), &key[..12]).await?;
     Ok(key)
 }
 
@@ -74,14 +64,7 @@ impl FromRequest for Tenant {
             let state = state.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("AppState missing")))?;
             let token = token.filter(|t| t.starts_with("vidk_")).ok_or(ApiError::Unauthorized)?;
             let mut conn = state.db.get().await?;
-            let row: Option<(TenantId, Option<i32>)> = api_keys::table
-                .inner_join(tenants::table)
-                .filter(api_keys::key_hash.eq(hash_key(&token)))
-                .filter(api_keys::revoked_at.is_null())
-                .select((tenants::id, tenants::max_uploads_in_flight))
-                .first(&mut conn)
-                .await
-                .optional()?;
+            let row = store::tenants::by_key_hash(&mut conn, &hash_key(&token)).await?;
             let (id, max_uploads_in_flight) = row.ok_or(ApiError::Unauthorized)?;
             Ok(Tenant { id, max_uploads_in_flight })
         })

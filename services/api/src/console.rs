@@ -14,10 +14,10 @@
 //! purpose without being in `/openapi.json`, like `/docs`.
 
 use actix_web::http::header;
+use actix_web::ResponseError;
 use actix_web::{web, HttpResponse};
-use vid_core::Problem;
 
-use crate::error::problem_response;
+use crate::error::{codes, ApiError};
 use crate::state::AppState;
 
 /// One embedded file: its name under `/console/`, media type and contents.
@@ -71,7 +71,7 @@ async fn file(state: web::Data<AppState>, path: web::Path<String>) -> HttpRespon
 
 fn serve(state: &AppState, name: &str) -> HttpResponse {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
-        return problem_response(Problem::new(404, "not_found", "Not found").with_detail(format!("no console file `{name}`")));
+        return ApiError::new(codes::NOT_FOUND, format!("no console file `{name}`")).error_response();
     };
     let storage = storage_origin(state.settings.s3.public_endpoint.as_deref().unwrap_or(&state.settings.s3.endpoint));
     HttpResponse::Ok()

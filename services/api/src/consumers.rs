@@ -2,7 +2,7 @@
 //!
 //! Each message is applied in one database transaction and acked only after
 //! that commit; a failure nacks it back to the queue. Reports are idempotent
-//! (see [`crate::lifecycle`]), so redelivery is harmless.
+//! (see [`crate::domain::operation`]), so redelivery is harmless.
 
 use std::time::Duration;
 
@@ -12,10 +12,8 @@ use lapin::types::FieldTable;
 use tokio::sync::watch;
 use tracing::Instrument;
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
-use vid_core::Problem;
-use vid_infra::amqp::Topology;
 
-use crate::lifecycle::{self, Applied, Outcome};
+use crate::domain::operation::{self, Applied, Outcome, Transition};
 use crate::state::AppState;
 
 /// Runs both consumers until `shutdown` turns true, reconnecting as needed.
@@ -133,41 +131,32 @@ async fn settle(queue: &str, delivery: &lapin::message::Delivery, outcome: anyho
     Ok(())
 }
 
-/// Applies one transcoder report.
+/// Applies one transcoder report through [`operation::apply`].
 pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow::Result<()> {
-    let topo: &Topology = &state.topology;
-    let applied = match &report.kind {
-        ReportKind::Started => lifecycle::record_progress(&state.db, topo, &report.operation_id, None, 0).await?,
-        ReportKind::Progress { phase, percent } => {
-            lifecycle::record_progress(&state.db, topo, &report.operation_id, Some(*phase), *percent).await?
-        }
-        ReportKind::Scanned { outcome } => lifecycle::record_scan(&state.db, &report.operation_id, *outcome).await?,
+    let transition = match &report.kind {
+        ReportKind::Started => Transition::Progress { phase: None, percent: 0 },
+        ReportKind::Progress { phase, percent } => Transition::Progress { phase: Some(*phase), percent: *percent },
+        ReportKind::Scanned { outcome } => Transition::Scan(*outcome),
         ReportKind::Succeeded { source, renditions, poster } => {
-            let outcome = Outcome::Succeeded { source: source.clone(), renditions: renditions.clone(), poster: poster.clone() };
-            let applied = lifecycle::finish(&state.db, topo, &report.operation_id, outcome).await?;
-            if let Applied::AlreadyTerminal(status) = &applied {
-                // Cancel won the race: the outputs must not outlive it.
-                tracing::info!(operation = %report.operation_id, status = status.as_str(), "deleting outputs of a finished-after-cancel job");
-                let mut keys: Vec<String> = renditions.iter().map(|r| r.storage_key.clone()).collect();
-                keys.extend(poster.iter().map(|p| p.storage_key.clone()));
-                for key in keys {
-                    let _ = state.s3.delete_object().bucket(&state.settings.s3.bucket).key(key).send().await;
-                }
-            }
-            applied
+            Transition::Finish(Outcome::Succeeded { source: source.clone(), renditions: renditions.clone(), poster: poster.clone() })
         }
-        ReportKind::Failed { error, source } => {
-            let outcome = Outcome::Failed { error: error.clone(), source: source.clone() };
-            lifecycle::finish(&state.db, topo, &report.operation_id, outcome).await?
-        }
+        ReportKind::Failed { error, source } => Transition::Finish(Outcome::Failed { error: error.clone(), source: source.clone() }),
     };
+    let mut conn = state.db.get().await?;
+    let applied = operation::apply(&mut conn, &state.outbox, &report.operation_id, transition).await?;
+    drop(conn);
+    if let (ReportKind::Succeeded { renditions, poster, .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
+        // Cancel won the race: the outputs must not outlive it.
+        tracing::info!(operation = %report.operation_id, status = status.as_str(), "deleting outputs of a finished-after-cancel job");
+        let mut keys: Vec<String> = renditions.iter().map(|r| r.storage_key.clone()).collect();
+        keys.extend(poster.iter().map(|p| p.storage_key.clone()));
+        for key in keys {
+            let _ = state.s3.delete_object().bucket(&state.settings.s3.bucket).key(key).send().await;
+        }
+    }
     match &report.kind {
         ReportKind::Progress { .. } => tracing::debug!(operation_id = %report.operation_id, ?applied, "report applied"),
         kind => tracing::info!(operation_id = %report.operation_id, report = report_name(kind), ?applied, "report applied"),
-    }
-    if applied != Applied::Ignored {
-        // Changed: an event to relay; AlreadyTerminal on a progress report: a cancel to re-send.
-        state.outbox_notify.notify_one();
     }
     Ok(())
 }
@@ -183,14 +172,13 @@ fn report_name(kind: &ReportKind) -> &'static str {
 }
 
 async fn fail_dead_job(state: &AppState, job: &TranscodeJob) -> anyhow::Result<()> {
-    let error = Problem::new(500, "transcode_retries_exhausted", "Transcode failed repeatedly").with_detail(format!(
+    let error = crate::error::codes::TRANSCODE_RETRIES_EXHAUSTED.problem().with_detail(format!(
         "the job was handed to a worker {} times without an outcome (crashes or unavailable storage)",
         vid_infra::amqp::TRANSCODE_DELIVERY_LIMIT
     ));
-    let applied = lifecycle::finish(&state.db, &state.topology, &job.operation_id, Outcome::Failed { error, source: None }).await?;
+    let mut conn = state.db.get().await?;
+    let failed = Transition::Finish(Outcome::Failed { error, source: None });
+    let applied = operation::apply(&mut conn, &state.outbox, &job.operation_id, failed).await?;
     tracing::warn!(operation_id = %job.operation_id, ?applied, "dead-lettered transcode job: operation failed");
-    if applied == Applied::Changed {
-        state.outbox_notify.notify_one();
-    }
     Ok(())
 }

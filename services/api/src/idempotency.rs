@@ -64,15 +64,13 @@ use actix_web::body::MessageBody;
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, ResponseError};
 use chrono::Utc;
-use diesel::prelude::*;
 use futures::FutureExt;
 use tracing::Instrument;
-use vid_db::schema::idempotency_keys as ik;
-use vid_db::RunQueryDsl;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{codes, ApiError, ApiResult};
 use crate::state::AppState;
+use crate::store::idempotency as ik;
 
 /// How long a key is remembered, in hours, from its first use.
 pub const KEY_TTL_HOURS: i64 = 24;
@@ -135,7 +133,7 @@ where
         .to_str()
         .ok()
         .filter(|k| !k.is_empty() && k.len() <= 255)
-        .ok_or_else(|| ApiError::bad_request("invalid_idempotency_key", "Idempotency-Key must be 1–255 visible ASCII characters"))?;
+        .ok_or_else(|| ApiError::new(codes::INVALID_IDEMPOTENCY_KEY, "Idempotency-Key must be 1–255 visible ASCII characters"))?;
     let slot = Slot { tenant_id: tenant.id.clone(), route: route.to_owned(), key: key.to_owned(), token: new_token() };
     if let Some(replay) = slot.claim(state, &request_hash(request)).await? {
         return Ok(replay);
@@ -193,9 +191,6 @@ async fn run_and_store(state: AppState, slot: Slot, work: impl Future<Output = A
     head.set_body(actix_web::body::BoxBody::new(bytes))
 }
 
-/// `(request_hash, response_status, response_body, response_location)` of a key row.
-type StoredRow = (String, Option<i32>, Option<String>, Option<String>);
-
 /// One key of one tenant and route, claimed (or to be claimed) under `token`.
 struct Slot {
     tenant_id: vid_core::TenantId,
@@ -205,13 +200,11 @@ struct Slot {
     token: String,
 }
 
-macro_rules! this_key {
-    ($slot:expr) => {
-        ik::table.filter(ik::tenant_id.eq(&$slot.tenant_id)).filter(ik::route.eq(&$slot.route)).filter(ik::idempotency_key.eq(&$slot.key))
-    };
-}
-
 impl Slot {
+    fn key(&self) -> ik::Key<'_> {
+        ik::Key { tenant: &self.tenant_id, route: &self.route, key: &self.key }
+    }
+
     /// Claims the key for this run (`None`: run the handler) or returns the
     /// stored answer to replay. Errors: `422 idempotency_key_reused`,
     /// `409 idempotency_key_in_use`, database errors.
@@ -220,83 +213,40 @@ impl Slot {
         let now = Utc::now();
         let lease_end = now + chrono::Duration::seconds(LEASE_SECONDS);
         // A row past its replay window is forgotten even before the janitor purges it.
-        diesel::delete(this_key!(self).filter(ik::created_at.lt(now - chrono::Duration::hours(KEY_TTL_HOURS)))).execute(&mut conn).await?;
+        ik::forget_if_older(&mut conn, self.key(), now - chrono::Duration::hours(KEY_TTL_HOURS)).await?;
         // Twice: the row may be released between our insert and our read.
         for _ in 0..2 {
-            let inserted = diesel::insert_into(ik::table)
-                .values((
-                    ik::tenant_id.eq(&self.tenant_id),
-                    ik::route.eq(&self.route),
-                    ik::idempotency_key.eq(&self.key),
-                    ik::request_hash.eq(hash),
-                    ik::created_at.eq(now),
-                    ik::locked_until.eq(lease_end),
-                    ik::lock_token.eq(&self.token),
-                ))
-                .on_conflict_do_nothing()
-                .execute(&mut conn)
-                .await?;
-            if inserted == 1 {
+            if ik::insert(&mut conn, self.key(), hash, now, lease_end, &self.token).await? {
                 return Ok(None);
             }
-            let row: Option<StoredRow> = this_key!(self)
-                .select((ik::request_hash, ik::response_status, ik::response_body, ik::response_location))
-                .first(&mut conn)
-                .await
-                .optional()?;
-            let Some((stored_hash, status, body, location)) = row else { continue };
+            let Some((stored_hash, status, body, location)) = ik::stored(&mut conn, self.key()).await? else { continue };
             if stored_hash != hash {
-                return Err(ApiError::unprocessable(
-                    "idempotency_key_reused",
-                    "this Idempotency-Key was used with a different request body",
-                ));
+                return Err(ApiError::new(codes::IDEMPOTENCY_KEY_REUSED, "this Idempotency-Key was used with a different request body"));
             }
             if let Some(status) = status {
                 return Ok(Some(replay(status, body, location)));
             }
             // Still running, unless its lease ended (its process died): then take it over.
-            let taken = diesel::update(
-                this_key!(self)
-                    .filter(ik::response_status.is_null())
-                    .filter(ik::request_hash.eq(hash))
-                    .filter(ik::locked_until.is_null().or(ik::locked_until.lt(now))),
-            )
-            .set((ik::created_at.eq(now), ik::locked_until.eq(lease_end), ik::lock_token.eq(&self.token)))
-            .execute(&mut conn)
-            .await?;
-            if taken == 1 {
+            if ik::take_over(&mut conn, self.key(), hash, now, lease_end, &self.token).await? {
                 tracing::warn!(route = %self.route, "took over an Idempotency-Key whose lease had ended; running the request again");
                 return Ok(None);
             }
             break;
         }
-        Err(ApiError::conflict("idempotency_key_in_use", "a request with this Idempotency-Key is still running"))
+        Err(ApiError::new(codes::IDEMPOTENCY_KEY_IN_USE, "a request with this Idempotency-Key is still running"))
     }
 
     /// Extends the lease; `false` if this run no longer holds the key.
     async fn renew(&self, state: &AppState) -> anyhow::Result<bool> {
         let mut conn = state.db.get().await?;
-        let n = diesel::update(this_key!(self).filter(ik::lock_token.eq(&self.token)).filter(ik::response_status.is_null()))
-            .set(ik::locked_until.eq(Utc::now() + chrono::Duration::seconds(LEASE_SECONDS)))
-            .execute(&mut conn)
-            .await?;
-        Ok(n == 1)
+        Ok(ik::renew(&mut conn, self.key(), &self.token, Utc::now() + chrono::Duration::seconds(LEASE_SECONDS)).await?)
     }
 
     /// Stores the answer; `false` if this run no longer holds the key.
     async fn store(&self, state: &AppState, status: StatusCode, body: &[u8], location: Option<String>) -> anyhow::Result<bool> {
         let mut conn = state.db.get().await?;
-        let n = diesel::update(this_key!(self).filter(ik::lock_token.eq(&self.token)).filter(ik::response_status.is_null()))
-            .set((
-                ik::response_status.eq(status.as_u16() as i32),
-                ik::response_body.eq(String::from_utf8_lossy(body).into_owned()),
-                ik::response_location.eq(location),
-                ik::locked_until.eq(None::<chrono::DateTime<Utc>>),
-                ik::lock_token.eq(None::<String>),
-            ))
-            .execute(&mut conn)
-            .await?;
-        Ok(n == 1)
+        let body = String::from_utf8_lossy(body).into_owned();
+        Ok(ik::store_answer(&mut conn, self.key(), &self.token, i32::from(status.as_u16()), body, location).await?)
     }
 
     /// Deletes the row if this run still holds it, so a retry runs again.
@@ -304,9 +254,7 @@ impl Slot {
     async fn release(&self, state: &AppState) {
         let result = async {
             let mut conn = state.db.get().await?;
-            diesel::delete(this_key!(self).filter(ik::lock_token.eq(&self.token)).filter(ik::response_status.is_null()))
-                .execute(&mut conn)
-                .await?;
+            ik::release(&mut conn, self.key(), &self.token).await?;
             anyhow::Ok(())
         }
         .await;
@@ -341,19 +289,11 @@ fn new_token() -> String {
 ///
 /// Errors: the database is unreachable or a statement fails.
 pub async fn purge_expired(db: &vid_db::Pool) -> anyhow::Result<usize> {
-    use diesel::sql_types::{BigInt, Timestamptz};
     let cutoff = Utc::now() - chrono::Duration::hours(KEY_TTL_HOURS);
     let mut conn = db.get().await?;
     let mut purged = 0;
     for _ in 0..PURGE_MAX_BATCHES {
-        let n = diesel::sql_query(
-            "DELETE FROM idempotency_keys WHERE ctid IN \
-             (SELECT ctid FROM idempotency_keys WHERE created_at < $1 ORDER BY created_at LIMIT $2)",
-        )
-        .bind::<Timestamptz, _>(cutoff)
-        .bind::<BigInt, _>(PURGE_BATCH)
-        .execute(&mut conn)
-        .await?;
+        let n = ik::purge_batch(&mut conn, cutoff, PURGE_BATCH).await?;
         purged += n;
         if (n as i64) < PURGE_BATCH {
             break;

@@ -4,13 +4,12 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel::prelude::*;
-use vid_core::{OperationId, Problem};
-use vid_db::schema::{operations, uploads};
-use vid_db::RunQueryDsl;
+use vid_core::upload::UploadStatus;
 
-use crate::lifecycle::{self, Outcome};
+use crate::domain::operation::{self, Applied, Outcome, Transition};
+use crate::error::codes;
 use crate::state::AppState;
+use crate::store::{operations, uploads};
 
 /// How long an upload may stay `completing` (measured from when `complete`
 /// marked it) before the janitor may expire it, once past its `expires_at`.
@@ -36,47 +35,27 @@ pub async fn run(state: AppState, every: Duration) {
 pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
     let now = Utc::now();
     let mut conn = state.db.get().await?;
-    let stale: Vec<(vid_core::UploadId, String, String)> = uploads::table
-        .filter(uploads::status.eq("created"))
-        .filter(uploads::expires_at.lt(now))
-        .select((uploads::id, uploads::storage_key, uploads::s3_upload_id))
-        .limit(100)
-        .load(&mut conn)
-        .await?;
     let mut expired = 0;
-    for (id, key, s3_id) in stale {
+    for (id, key, s3_id) in uploads::expired_created(&mut conn, now, 100).await? {
         if let Err(e) = crate::storage::abort_multipart(state, &key, &s3_id).await {
             tracing::warn!(upload = %id, error = %e, "could not abort an expired upload; will retry");
             continue;
         }
-        expired += diesel::update(uploads::table.filter(uploads::id.eq(&id)).filter(uploads::status.eq("created")))
-            .set((uploads::status.eq("expired"), uploads::updated_at.eq(now)))
-            .execute(&mut conn)
-            .await?;
+        expired += usize::from(uploads::move_status(&mut conn, &id, &[UploadStatus::Created], UploadStatus::Expired, None).await?);
     }
     expired += expire_stuck_completing(state, &mut conn, now).await?;
 
-    let cutoff = now - chrono::Duration::seconds(state.settings.operations.heartbeat_timeout_seconds as i64);
-    let silent: Vec<OperationId> = operations::table
-        .filter(operations::status.eq("running"))
-        .filter(operations::heartbeat_at.lt(cutoff))
-        .select(operations::id)
-        .limit(100)
-        .load(&mut conn)
-        .await?;
-    drop(conn);
+    let timeout = state.settings.operations.heartbeat_timeout_seconds;
+    let silent = operations::silent_since(&mut conn, now - chrono::Duration::seconds(timeout as i64), 100).await?;
     let mut failed = 0;
     for id in silent {
-        let error = Problem::new(500, "worker_lost", "Worker lost")
-            .with_detail(format!("no report from the transcoder for {} s", state.settings.operations.heartbeat_timeout_seconds));
-        if lifecycle::finish(&state.db, &state.topology, &id, Outcome::Failed { error, source: None }).await? == lifecycle::Applied::Changed
-        {
+        let error = codes::WORKER_LOST.problem().with_detail(format!("no report from the transcoder for {timeout} s"));
+        let lost = Transition::Finish(Outcome::Failed { error, source: None });
+        if operation::apply(&mut conn, &state.outbox, &id, lost).await? == Applied::Changed {
             failed += 1;
         }
     }
-    if failed > 0 {
-        state.outbox_notify.notify_one();
-    }
+    drop(conn);
     crate::idempotency::purge_expired(&state.db).await?;
     Ok((expired, failed))
 }
@@ -87,22 +66,8 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
 /// drops the multipart upload (S3 AbortMultipartUpload) and any object it was
 /// assembled into (S3 DeleteObject). A storage failure is logged; the
 /// bucket's lifecycle rule aborts incomplete multipart uploads anyway.
-async fn expire_stuck_completing(
-    state: &AppState,
-    conn: &mut diesel_async::AsyncPgConnection,
-    now: chrono::DateTime<Utc>,
-) -> anyhow::Result<usize> {
-    let grace = chrono::Duration::from_std(COMPLETING_GRACE)?;
-    let stuck: Vec<(vid_core::UploadId, String, String)> = diesel::update(
-        uploads::table
-            .filter(uploads::status.eq("completing"))
-            .filter(uploads::expires_at.lt(now))
-            .filter(uploads::updated_at.lt(now - grace)),
-    )
-    .set((uploads::status.eq("expired"), uploads::updated_at.eq(now)))
-    .returning((uploads::id, uploads::storage_key, uploads::s3_upload_id))
-    .get_results(conn)
-    .await?;
+async fn expire_stuck_completing(state: &AppState, conn: &mut crate::store::Conn, now: chrono::DateTime<Utc>) -> anyhow::Result<usize> {
+    let stuck = uploads::expire_stuck_completing(conn, now, now - chrono::Duration::from_std(COMPLETING_GRACE)?).await?;
     for (id, key, s3_id) in &stuck {
         tracing::info!(upload = %id, "expiring an upload stuck in `completing`");
         if crate::storage::abort_multipart(state, key, s3_id).await.is_err() || crate::storage::delete_object(state, key).await.is_err() {

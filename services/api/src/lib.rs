@@ -12,10 +12,10 @@
 pub mod auth;
 pub mod console;
 pub mod consumers;
+pub mod domain;
 pub mod error;
 pub mod idempotency;
 pub mod janitor;
-pub mod lifecycle;
 pub mod metrics;
 pub mod openapi;
 pub mod outbox;
@@ -34,14 +34,14 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::ErrorHandlers;
 use actix_web::{error::InternalError, web, App, HttpServer};
 use anyhow::Context;
-use tokio::sync::Notify;
-use vid_core::Problem;
 use vid_db::seal::SealingKey;
 use vid_infra::amqp::Topology;
 use vid_infra::ExposeSecret;
 use vid_netguard::{SystemResolver, UrlPolicy};
 
-use crate::error::problem_response;
+use actix_web::ResponseError;
+
+use crate::error::{codes, ApiError};
 pub use crate::settings::Settings;
 use crate::state::{AppState, Draining};
 
@@ -79,7 +79,7 @@ impl Application {
             s3: vid_infra::storage::client(&settings.s3),
             presigner: vid_infra::storage::presigning_client(&settings.s3),
             topology: Topology::new(&settings.amqp.prefix),
-            outbox_notify: Arc::new(Notify::new()),
+            outbox: store::outbox::Outbox::new(Topology::new(&settings.amqp.prefix)),
             sealing_key: Arc::new(sealing_key),
             url_policy: Arc::new(url_policy),
             resolver,
@@ -116,7 +116,7 @@ impl Application {
         let state = self.state.clone();
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let drained = [
-            tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox_notify.clone(), stop_rx.clone())),
+            tokio::spawn(outbox::run_relay(state.db.clone(), state.settings.amqp.clone(), state.outbox.clone(), stop_rx.clone())),
             tokio::spawn(consumers::run(state.clone(), stop_rx)),
         ];
         let background = [
@@ -148,12 +148,12 @@ impl Application {
                 .app_data(data.clone())
                 .app_data(json_config())
                 .app_data(web::PathConfig::default().error_handler(|err, _| {
-                    let problem = Problem::new(404, "not_found", "Not found").with_detail(err.to_string());
-                    InternalError::from_response(err, problem_response(problem)).into()
+                    let answer = ApiError::new(codes::NOT_FOUND, err.to_string()).error_response();
+                    InternalError::from_response(err, answer).into()
                 }))
                 .app_data(web::QueryConfig::default().error_handler(|err, _| {
-                    let problem = Problem::new(400, "invalid_query", "Bad request").with_detail(err.to_string());
-                    InternalError::from_response(err, problem_response(problem)).into()
+                    let answer = ApiError::new(codes::INVALID_QUERY, err.to_string()).error_response();
+                    InternalError::from_response(err, answer).into()
                 }))
                 .configure(routes::configure)
                 .configure(openapi::configure)
@@ -161,9 +161,7 @@ impl Application {
                 // A path no resource matches. A known path with a method it
                 // does not support is answered by its resource instead: `405`
                 // with `Allow`, made a problem by `error::method_not_allowed`.
-                .default_service(web::to(|| async {
-                    problem_response(Problem::new(404, "not_found", "Not found").with_detail("no such route"))
-                }))
+                .default_service(web::to(|| async { ApiError::new(codes::NOT_FOUND, "no such route").error_response() }))
         })
         .shutdown_timeout(30)
         // A client that closes its connection ends its request at once: the
@@ -174,38 +172,50 @@ impl Application {
         // Signals are ours (below), so SIGTERM can start the drain window too.
         .disable_signals()
         .run();
-        let handle = server.handle();
-        let signals = tokio::spawn(async move {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-                tracing::error!("cannot listen for SIGTERM");
-                return;
-            };
-            tokio::select! {
-                _ = term.recv() => {
-                    tracing::info!("SIGTERM received; refusing new connections, draining requests");
-                    let _ = draining.send(true);
-                    handle.stop(true).await;
-                }
-                _ = tokio::signal::ctrl_c() => {
-                    tracing::info!("SIGINT received; stopping now");
-                    handle.stop(false).await;
-                }
-            }
-        });
+        let signals = spawn_signal_handler(server.handle(), draining);
         let result = server.await;
         signals.abort();
         tracing::info!("http server stopped; draining the consumers and the outbox relay");
         let _ = stop_tx.send(true);
-        let aborts: Vec<_> = drained.iter().map(|t| t.abort_handle()).collect();
-        if tokio::time::timeout(DRAIN_TIMEOUT, futures::future::join_all(drained)).await.is_err() {
-            tracing::warn!("drain timed out; stopping the background tasks");
-            aborts.iter().for_each(|a| a.abort());
-        }
-        for task in background {
-            task.abort();
-        }
+        drain(drained, background).await;
         tracing::info!("api stopped");
         Ok(result?)
+    }
+}
+
+/// Handles SIGTERM (drain: `draining` turns true, the server stops
+/// gracefully) and SIGINT (stop now) for the server behind `handle`.
+fn spawn_signal_handler(handle: actix_web::dev::ServerHandle, draining: tokio::sync::watch::Sender<bool>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            tracing::error!("cannot listen for SIGTERM");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM received; refusing new connections, draining requests");
+                let _ = draining.send(true);
+                handle.stop(true).await;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!("SIGINT received; stopping now");
+                handle.stop(false).await;
+            }
+        }
+    })
+}
+
+/// Gives the `drained` tasks (told to stop already) up to [`DRAIN_TIMEOUT`]
+/// to finish their work in hand, then aborts whatever still runs, and the
+/// `background` tasks.
+async fn drain(drained: [tokio::task::JoinHandle<()>; 2], background: [tokio::task::JoinHandle<()>; 2]) {
+    let aborts: Vec<_> = drained.iter().map(|t| t.abort_handle()).collect();
+    if tokio::time::timeout(DRAIN_TIMEOUT, futures::future::join_all(drained)).await.is_err() {
+        tracing::warn!("drain timed out; stopping the background tasks");
+        aborts.iter().for_each(|a| a.abort());
+    }
+    for task in background {
+        task.abort();
     }
 }
 
@@ -215,19 +225,10 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// JSON bodies: at most 64 KiB; malformed JSON, unknown fields and wrong types
 /// are `400 invalid_json` problems naming the error; a wrong media type is
-/// `415 unsupported_media_type`.
+/// `415 unsupported_media_type` ([`error::json_error`]).
 fn json_config() -> web::JsonConfig {
-    web::JsonConfig::default().limit(64 * 1024).error_handler(|err, _| {
-        use actix_web::error::JsonPayloadError;
-        let problem = match &err {
-            JsonPayloadError::ContentType => {
-                Problem::new(415, "unsupported_media_type", "Unsupported media type").with_detail("send the body as application/json")
-            }
-            JsonPayloadError::Overflow { .. } | JsonPayloadError::OverflowKnownLength { .. } => {
-                Problem::new(413, "body_too_large", "Body too large").with_detail(err.to_string())
-            }
-            _ => Problem::new(400, "invalid_json", "Bad request").with_detail(err.to_string()),
-        };
-        InternalError::from_response(err, problem_response(problem)).into()
+    web::JsonConfig::default().limit(routes::MAX_JSON_BODY_BYTES).error_handler(|err, _| {
+        let answer = error::json_error(&err).error_response();
+        InternalError::from_response(err, answer).into()
     })
 }

@@ -15,9 +15,7 @@ use std::sync::OnceLock;
 
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, HeaderBuilder, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
-use vid_core::problem::PROBLEM_JSON;
 
 use crate::routes;
 
@@ -43,11 +41,11 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
         routes::health::readyz,
         routes::health::metrics,
         openapi_json,
-        routes::uploads::create_upload,
-        routes::uploads::get_upload,
-        routes::uploads::abort_upload,
-        routes::uploads::sign_parts,
-        routes::uploads::complete_upload,
+        routes::uploads::create::create_upload,
+        routes::uploads::parts::get_upload,
+        routes::uploads::parts::abort_upload,
+        routes::uploads::parts::sign_parts,
+        routes::uploads::complete::complete_upload,
         routes::operations::list_operations,
         routes::operations::get_operation,
         routes::operations::cancel_operation,
@@ -113,128 +111,18 @@ impl Modify for SecurityAddon {
     }
 }
 
-/// A reusable `application/problem+json` response, named after its type.
-macro_rules! problem_response {
-    ($name:ident, $status:literal, $code:literal, $title:literal, $description:literal) => {
-        #[doc = $description]
-        pub struct $name;
-
-        impl<'r> utoipa::ToResponse<'r> for $name {
-            fn response() -> (&'r str, RefOr<Response>) {
-                (stringify!($name), problem($status, $code, $title, $description, None).into())
-            }
-        }
-    };
-    ($name:ident, $status:literal, $code:literal, $title:literal, $description:literal, header $header:literal: $header_doc:literal) => {
-        #[doc = $description]
-        pub struct $name;
-
-        impl<'r> utoipa::ToResponse<'r> for $name {
-            fn response() -> (&'r str, RefOr<Response>) {
-                (stringify!($name), problem($status, $code, $title, $description, Some(($header, $header_doc))).into())
-            }
-        }
-    };
-}
-
-fn problem(status: u16, code: &str, title: &str, description: &str, header: Option<(&str, &str)>) -> Response {
-    let example = serde_json::json!({
-        "type": format!("/problems/{code}"),
-        "title": title,
-        "status": status,
-        "detail": "what went wrong, for people",
-        "code": code,
-    });
-    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("Problem"))).example(Some(example)).build();
-    let mut response = ResponseBuilder::new().description(description).content(PROBLEM_JSON, content);
-    if let Some((name, doc)) = header {
-        let schema = utoipa::openapi::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::String).build();
-        response = response.header(name, HeaderBuilder::new().schema(schema).description(Some(doc)).build());
-    }
-    response.build()
-}
-
-problem_response!(
-    BadRequest,
-    400,
-    "invalid_json",
-    "Bad request",
-    "The request is malformed: `invalid_json` (body not JSON, unknown field, wrong type), `invalid_query`, \
-`invalid_status`, `invalid_event_type`, `invalid_cursor`, `invalid_part_numbers`, `invalid_parts` (a `complete` \
-body whose `parts` does not list every part once), `invalid_idempotency_key`."
-);
-problem_response!(
-    Unauthorized, 401, "unauthorized", "Unauthorized",
-    "`unauthorized`: no API key, or an unknown or revoked one.",
-    header "WWW-Authenticate": "`Bearer`"
-);
-problem_response!(
-    NotFound,
-    404,
-    "not_found",
-    "Not found",
-    "`not_found`: the resource does not exist, belongs to another tenant, or the id is malformed."
-);
-problem_response!(
-    Conflict,
-    409,
-    "upload_aborted",
-    "Conflict",
-    "The resource is in a state that forbids this (the `code` says which; some carry extension members, \
-e.g. `missing_parts`), or `idempotency_key_in_use`."
-);
-problem_response!(PayloadTooLarge, 413, "body_too_large", "Body too large", "`body_too_large`: JSON bodies are limited to 64 KiB.");
-problem_response!(
-    UnsupportedMediaType,
-    415,
-    "unsupported_media_type",
-    "Unsupported media type",
-    "`unsupported_media_type`: send the body as `application/json`."
-);
-problem_response!(
-    Unprocessable,
-    422,
-    "unsupported_content_type",
-    "Request refused",
-    "Well-formed, but refused by a rule (the `code` says which), or `idempotency_key_reused`."
-);
-problem_response!(
-    TooManyRequests, 429, "too_many_uploads", "Too many uploads",
-    "`too_many_uploads` (`POST /uploads`: the tenant's cap on uploads in flight, with `limit` and `in_flight` members) \
-or `too_many_watchers` (open waits and event streams); retry after `Retry-After`.",
-    header "Retry-After": "Seconds to wait before retrying (RFC 9110 §10.2.3): 30 with `too_many_uploads`, 5 with `too_many_watchers`."
-);
-problem_response!(
-    Unavailable,
-    503,
-    "unavailable",
-    "Service unavailable",
-    "`unavailable`: a dependency (database, storage, broker) is down; retry later. For storage failures the \
-`detail` is generic; the cause is logged with the request's `X-Request-Id`."
-);
+// The problem responses live with the error path (no import circle between
+// the handlers and this document); re-exported for the handlers that still
+// name them here.
+pub use crate::error::responses::{
+    BadRequest, Conflict, NotFound, PayloadTooLarge, TooManyRequests, Unauthorized, Unavailable, Unprocessable, UnsupportedMediaType,
+};
 
 /// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.
 #[derive(ToSchema)]
 pub struct EndpointList {
     /// Newest first.
     pub data: Vec<crate::routes::endpoints::EndpointSummary>,
-}
-
-/// `GET /healthz`.
-#[derive(ToSchema)]
-pub struct Liveness {
-    /// Always `ok`.
-    #[schema(example = "ok")]
-    pub status: String,
-}
-
-/// `GET /readyz`: whether each dependency answered.
-#[derive(ToSchema)]
-pub struct Readiness {
-    /// PostgreSQL answered `SELECT 1`.
-    pub database: bool,
-    /// The media bucket answered `HeadBucket`.
-    pub storage: bool,
 }
 
 /// The document as served, built once.

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Notify;
 use vid_db::seal::SealingKey;
 use vid_db::Pool;
 use vid_infra::amqp::Topology;
@@ -23,8 +22,8 @@ pub struct AppState {
     pub presigner: aws_sdk_s3::Client,
     /// Queue names.
     pub topology: Topology,
-    /// Woken whenever this process writes to the outbox, so the relay publishes at once.
-    pub outbox_notify: Arc<Notify>,
+    /// The outbox: the only way to queue a message; its commit wakes the relay.
+    pub outbox: crate::store::outbox::Outbox,
     /// Seals endpoint secrets at rest.
     pub sealing_key: Arc<SealingKey>,
     /// Which endpoint URLs are acceptable.

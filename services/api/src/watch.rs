@@ -3,7 +3,9 @@
 //!
 //! - Every change of an operation (status, progress, phase) bumps
 //!   `operations.revision` and calls `pg_notify('operation_changed', '<op id>')`
-//!   in the transaction that makes the change ([`record_change`]), so the
+//!   in the transaction that makes the change
+//!   ([`crate::store::operations::record_change`], called by
+//!   [`crate::domain::operation`]), so the
 //!   notification is delivered on commit, to every api replica, and never for
 //!   a change that rolled back.
 //! - Each api process holds ONE dedicated PostgreSQL connection that LISTENs
@@ -25,49 +27,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use diesel::prelude::*;
-use diesel_async::AsyncPgConnection;
 use futures::StreamExt;
 use tokio::sync::watch;
 use vid_core::operation::Operation;
 use vid_core::{OperationId, TenantId};
-use vid_db::schema::operations;
-use vid_db::RunQueryDsl;
-
-use crate::routes::operations::OperationRow;
 
 /// The PostgreSQL notification channel; the payload is the operation id.
 pub const CHANNEL: &str = "operation_changed";
-
-/// What a change is measured on: status, progress, phase.
-pub type Fingerprint = (String, i16, Option<String>);
-
-/// The fingerprint of an operation, inside the caller's transaction.
-pub async fn fingerprint(conn: &mut AsyncPgConnection, id: &OperationId) -> diesel::QueryResult<Fingerprint> {
-    operations::table.filter(operations::id.eq(id)).select((operations::status, operations::progress, operations::phase)).first(conn).await
-}
-
-/// Records that an operation changed, inside the caller's transaction: bumps
-/// its revision and queues `pg_notify('operation_changed', id)` (delivered on commit).
-pub async fn record_change(conn: &mut AsyncPgConnection, id: &OperationId) -> diesel::QueryResult<()> {
-    diesel::sql_query(
-        "WITH bumped AS (UPDATE operations SET revision = revision + 1 WHERE id = $1 RETURNING id) \
-         SELECT pg_notify('operation_changed', id) FROM bumped",
-    )
-    .bind::<diesel::sql_types::Text, _>(id.as_str())
-    .execute(conn)
-    .await
-    .map(|_| ())
-}
-
-/// [`record_change`] if status, progress or phase differ from `before`
-/// (a heartbeat that repeats the same progress is not a change).
-pub async fn record_change_since(conn: &mut AsyncPgConnection, id: &OperationId, before: Fingerprint) -> diesel::QueryResult<()> {
-    if fingerprint(conn, id).await? != before {
-        record_change(conn, id).await?;
-    }
-    Ok(())
-}
 
 /// An operation at one revision.
 #[derive(Debug, Clone)]
@@ -81,11 +47,7 @@ pub struct Snapshot {
 /// Reads an operation and its revision; with `tenant`, only if it is that tenant's.
 pub async fn load(db: &vid_db::Pool, id: &OperationId, tenant: Option<&TenantId>) -> anyhow::Result<Option<Snapshot>> {
     let mut conn = db.get().await?;
-    let mut q = operations::table.filter(operations::id.eq(id)).into_boxed();
-    if let Some(tenant) = tenant {
-        q = q.filter(operations::tenant_id.eq(tenant));
-    }
-    let row: Option<(OperationRow, i64)> = q.select((OperationRow::as_select(), operations::revision)).first(&mut conn).await.optional()?;
+    let row = crate::store::operations::get_with_revision(&mut conn, id, tenant).await?;
     Ok(row.map(|(row, revision)| Snapshot { revision, operation: Arc::new(row.into_operation()) }))
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::{problem_code, TestApi};
 use diesel::prelude::*;
 use diesel_async::SimpleAsyncConnection;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use vid_core::upload::{CreateUpload, UploadStatus};
 use vid_db::schema::{idempotency_keys as ik, uploads};
 use vid_db::RunQueryDsl;
@@ -60,6 +60,36 @@ async fn send_create_raw(api: &TestApi, key: Option<&str>) -> tokio::net::TcpStr
     tcp
 }
 
+/// Waits until a backend of this database waits on a lock: the request is
+/// provably blocked on the lock the test holds.
+async fn wait_for_a_lock_waiter(api: &TestApi, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut conn = api.state.db.get().await.unwrap();
+        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        ))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the request never reached {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The client goes away mid-request: it closes its side (FIN), then waits
+/// until the server closes the connection without an answer, which is the
+/// server dropping the request (`h1_allow_half_closed(false)` in `lib.rs`).
+async fn disconnect(mut tcp: tokio::net::TcpStream) {
+    tcp.shutdown().await.unwrap();
+    let mut buf = [0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf)).await.expect("the server closes the connection");
+    assert_eq!(read.unwrap(), 0, "no answer while the handler is blocked: {:?}", String::from_utf8_lossy(&buf));
+}
+
 /// The client sends `POST /uploads` with a key and closes its connection while
 /// the handler is provably mid-way (blocked on its `INSERT INTO uploads` by a
 /// table lock this test holds). The handler must still finish and store its
@@ -79,9 +109,8 @@ async fn a_client_that_disconnects_mid_request_gets_the_original_answer_on_retry
         assert!(Instant::now() < deadline, "the key row never appeared");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    drop(tcp); // the client goes away mid-request
-    tokio::time::sleep(Duration::from_millis(500)).await; // the server sees EOF and drops the request
+    wait_for_a_lock_waiter(&api, "the uploads table lock").await;
+    disconnect(tcp).await;
     blocker.batch_execute("ROLLBACK").await.unwrap();
     drop(blocker);
 
@@ -117,23 +146,8 @@ async fn without_a_key_a_client_that_disconnects_still_gets_its_work_finished() 
 
     let tcp = send_create_raw(&api, None).await;
     // The handler is provably mid-way once a backend waits on the row lock.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut conn = api.state.db.get().await.unwrap();
-        let waiting: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
-            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')",
-        ))
-        .get_result(&mut conn)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the request never reached the tenant row lock");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    drop(tcp); // the client goes away mid-request
-    tokio::time::sleep(Duration::from_millis(500)).await; // the server sees EOF and drops the request
+    wait_for_a_lock_waiter(&api, "the tenant row lock").await;
+    disconnect(tcp).await;
     assert!(upload_ids(&api).await.is_empty(), "nothing is inserted while the lock is held");
     blocker.batch_execute("ROLLBACK").await.unwrap();
     drop(blocker);

@@ -426,7 +426,25 @@ async fn only_capped_tenants_serialise_their_creates() {
         let client = api.client();
         async move { client.create_upload(&req(100), None).await }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    use vid_db::RunQueryDsl;
+    // No fixed sleep: the create is seen waiting, as a backend blocked on a
+    // lock (the tenant row this test holds), before it could finish.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(!waiting.is_finished(), "a capped tenant's create waits for the row it counts under");
+        let mut conn = api.state.db.get().await.unwrap();
+        let blocked: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+            "(SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        ))
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+        if blocked > 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the capped create never reached the tenant row lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(!waiting.is_finished(), "a capped tenant's create waits for the row it counts under");
     blocker.batch_execute("ROLLBACK").await.unwrap();
     waiting.await.unwrap().expect("and goes through once the row is free");

@@ -1,7 +1,7 @@
 //! Watching operations without polling (issue 12): `:wait`, the event stream,
 //! wake-ups across api instances through PostgreSQL LISTEN/NOTIFY, and the
 //! per-tenant bound. Real api in-process, real PostgreSQL; changes are driven
-//! through `vid_api::lifecycle` (what the transcoder-report consumer calls).
+//! through `vid_api::domain::operation::apply` (what the transcoder-report consumer calls).
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{problem_code, TestApi};
-use vid_api::lifecycle::{self, Outcome};
+use vid_api::domain::operation::{self, Applied, Outcome, Transition};
 use vid_core::operation::{OperationStatus, Phase, WaitReason};
 use vid_core::video::SourceMetadata;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
@@ -56,9 +56,14 @@ async fn new_operation(api: &TestApi, tenant: &TenantId) -> OperationId {
     op
 }
 
+/// Applies a transition as the consumers do.
+async fn apply(api: &TestApi, op: &OperationId, transition: Transition) -> Applied {
+    let mut conn = api.state.db.get().await.unwrap();
+    operation::apply(&mut conn, &api.state.outbox, op, transition).await.unwrap()
+}
+
 async fn progress(api: &TestApi, op: &OperationId, phase: Phase, percent: u8) {
-    let applied = lifecycle::record_progress(&api.state.db, &api.state.topology, op, Some(phase), percent).await.unwrap();
-    assert_eq!(applied, lifecycle::Applied::Changed);
+    assert_eq!(apply(api, op, Transition::Progress { phase: Some(phase), percent }).await, Applied::Changed);
 }
 
 async fn succeed(api: &TestApi, op: &OperationId) {
@@ -74,7 +79,7 @@ async fn succeed(api: &TestApi, op: &OperationId) {
         size_bytes: 1,
     };
     let outcome = Outcome::Succeeded { source, renditions: Vec::new(), poster: None };
-    assert_eq!(lifecycle::finish(&api.state.db, &api.state.topology, op, outcome).await.unwrap(), lifecycle::Applied::Changed);
+    assert_eq!(apply(api, op, Transition::Finish(outcome)).await, Applied::Changed);
 }
 
 /// Waits until the tenant holds `n` watchers on `api` (i.e. a wait or stream is registered).
@@ -439,7 +444,7 @@ async fn a_late_report_never_rewinds_the_phase() {
     progress(&api, &op, Phase::Transcoding, 50).await;
     let at = revision().await;
 
-    lifecycle::record_progress(&api.state.db, &api.state.topology, &op, Some(Phase::Downloading), 5).await.unwrap();
+    apply(&api, &op, Transition::Progress { phase: Some(Phase::Downloading), percent: 5 }).await;
     let shown = client.get_operation(&op).await.unwrap();
     assert_eq!((shown.status, shown.progress, shown.metadata.phase), (OperationStatus::Running, 50, Some(Phase::Transcoding)));
     assert_eq!(revision().await, at, "a report that changes nothing shown is no change");
@@ -477,4 +482,38 @@ async fn wait_bodies_past_the_limit_or_malformed_are_problems() {
     let body = format!("{{\"timeout_seconds\": 0{}}}", " ".repeat(limit - 30));
     let resp = http.post(&url).bearer_auth(&key).header("content-type", "application/json").body(body).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+}
+
+/// A stored state the code does not know (here a phase no release wrote) is
+/// never read as a plausible answer: reading it is `500 internal`, and a
+/// transition on it fails (the consumer then retries) without changing anything.
+#[tokio::test]
+async fn a_corrupt_stored_state_is_a_500_not_a_plausible_answer() {
+    let api = TestApi::start(&[]).await;
+    let (_, client, op) = tenant_with_operation(&api).await;
+    progress(&api, &op, Phase::Downloading, 10).await;
+    let mut conn = api.state.db.get().await.unwrap();
+    diesel::sql_query("UPDATE operations SET phase = 'defragmenting' WHERE id = $1")
+        .bind::<diesel::sql_types::Text, _>(op.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    let err = client.get_operation(&op).await.expect_err("a corrupt row is no answer");
+    assert_eq!(problem_code(&err), "internal", "{err}");
+    assert_eq!(err.problem().map(|p| p.status), Some(500), "{err}");
+    let listed = client.list_operations(None, None).await.expect_err("nor is a page holding it");
+    assert_eq!(problem_code(&listed), "internal", "{listed}");
+
+    let mut conn = api.state.db.get().await.unwrap();
+    let transition = Transition::Progress { phase: Some(Phase::Transcoding), percent: 50 };
+    let failed = operation::apply(&mut conn, &api.state.outbox, &op, transition).await;
+    assert!(failed.is_err(), "a transition on a corrupt row fails: {failed:?}");
+    let progress: i16 = {
+        use diesel::{ExpressionMethods, QueryDsl};
+        use vid_db::schema::operations;
+        operations::table.filter(operations::id.eq(&op)).select(operations::progress).first(&mut conn).await.unwrap()
+    };
+    assert_eq!(progress, 10, "nothing changed");
 }

@@ -20,8 +20,8 @@ use vid_core::{DeliveryId, EndpointId};
 use vid_webhooks::Secret;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
-use crate::routes::operations::page;
+use crate::error::{codes, ApiError, ApiResult};
+use crate::routes::page;
 use crate::routes::parse_id;
 use crate::state::AppState;
 use crate::store::deliveries::{self as store, DeliveryFilter};
@@ -68,9 +68,9 @@ pub struct RotatedSecret {
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 200, description = "The new secret, shown this once.", body = RotatedSecret),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
@@ -104,9 +104,9 @@ async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 200, description = "The enabled endpoint.", body = vid_core::endpoint::Endpoint),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn enable_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
@@ -136,19 +136,17 @@ pub struct DeliveriesQuery {
 /// `invalid_event_type` or `invalid_cursor` for a value that names nothing.
 fn delivery_filter(query: &DeliveriesQuery) -> ApiResult<DeliveryFilter> {
     let status = match &query.status {
-        Some(s) => Some(
-            DeliveryStatus::parse(s).ok_or_else(|| ApiError::bad_request("invalid_status", format!("unknown delivery status `{s}`")))?,
-        ),
-        None => None,
-    };
-    let event_type = match &query.event_type {
-        Some(t) => {
-            Some(EventType::parse(t).ok_or_else(|| ApiError::bad_request("invalid_event_type", format!("unknown event type `{t}`")))?)
+        Some(s) => {
+            Some(DeliveryStatus::parse(s).ok_or_else(|| ApiError::new(codes::INVALID_STATUS, format!("unknown delivery status `{s}`")))?)
         }
         None => None,
     };
+    let event_type = match &query.event_type {
+        Some(t) => Some(EventType::parse(t).ok_or_else(|| ApiError::new(codes::INVALID_EVENT_TYPE, format!("unknown event type `{t}`")))?),
+        None => None,
+    };
     let before = match &query.cursor {
-        Some(c) => Some(c.parse::<DeliveryId>().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not a delivery id"))?),
+        Some(c) => Some(c.parse::<DeliveryId>().map_err(|_| ApiError::new(codes::INVALID_CURSOR, "cursor is not a delivery id"))?),
         None => None,
     };
     Ok(DeliveryFilter { status, event_type, before })
@@ -165,10 +163,10 @@ fn delivery_filter(query: &DeliveriesQuery) -> ApiResult<DeliveryFilter> {
     params(("id" = EndpointId, Path, description = "The webhook endpoint."), ("status" = Option<String>, Query, description = "`pending`, `succeeded`, `failed` or `paused`."), ("event_type" = Option<EventType>, Query, description = "Only deliveries of this event type."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<DeliveryId>, Query, description = "The `next_cursor` of the previous page.")),
     responses(
         (status = 200, description = "A page of deliveries, newest first, each with its attempts.", body = crate::routes::Page<DeliveryView>),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn list_deliveries(
@@ -204,10 +202,10 @@ async fn list_deliveries(
     params(("id" = EndpointId, Path, description = "The webhook endpoint."), ("delivery_id" = DeliveryId, Path, description = "The delivery.")),
     responses(
         (status = 202, description = "The delivery, pending and due now.", body = DeliveryView),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 409, response = crate::openapi::Conflict),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 409, response = crate::error::responses::Conflict),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn retry_delivery(state: web::Data<AppState>, tenant: Tenant, path: web::Path<(String, String)>) -> ApiResult<HttpResponse> {
@@ -216,7 +214,7 @@ async fn retry_delivery(state: web::Data<AppState>, tenant: Tenant, path: web::P
     let delivery_id: DeliveryId = parse_id(&raw_dl)?;
     let endpoint = load(&state, &tenant, &id).await?;
     if endpoint.status != EndpointStatus::Enabled {
-        return Err(ApiError::conflict("endpoint_disabled", format!("endpoint {id} is disabled; enable it first")));
+        return Err(ApiError::new(codes::ENDPOINT_DISABLED, format!("endpoint {id} is disabled; enable it first")));
     }
     let mut conn = state.db.get().await?;
     let row = store::retry(&mut conn, &tenant.id, &id, &delivery_id).await?.ok_or(ApiError::NotFound("delivery"))?;

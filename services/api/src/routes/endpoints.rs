@@ -11,7 +11,7 @@ use vid_core::EndpointId;
 use vid_webhooks::Secret;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::parse_id;
 use crate::state::AppState;
 use crate::store::endpoints::{self as store, health_of, EndpointChangeset, EndpointRow, NewEndpoint};
@@ -45,11 +45,11 @@ pub const MAX_DESCRIPTION_BYTES: usize = 1024;
 /// rather than left to PostgreSQL, which refuses U+0000 in `text` (a 500).
 fn check_description(d: &str) -> ApiResult<()> {
     if d.len() > MAX_DESCRIPTION_BYTES {
-        return Err(ApiError::unprocessable("invalid_description", format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
+        return Err(ApiError::new(codes::INVALID_DESCRIPTION, format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
     }
     if let Some(c) = d.chars().find(|c| crate::routes::unsafe_to_display(*c)) {
-        return Err(ApiError::unprocessable(
-            "invalid_description",
+        return Err(ApiError::new(
+            codes::INVALID_DESCRIPTION,
             format!("description may not contain control, format or line/paragraph separator characters (found U+{:04X})", u32::from(c)),
         ));
     }
@@ -60,8 +60,8 @@ fn check_description(d: &str) -> ApiResult<()> {
 /// silently: 422 `invalid_event_types`), each type once, in the order given.
 fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
     if types.is_empty() {
-        return Err(ApiError::unprocessable(
-            "invalid_event_types",
+        return Err(ApiError::new(
+            codes::INVALID_EVENT_TYPES,
             "event_types may not be empty; omit it (or, when updating, send null) to receive every type",
         ));
     }
@@ -93,12 +93,12 @@ fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
     responses(
         (status = 201, description = "Created; the signing `secret` is shown this once.", body = CreatedEndpoint, headers(("Location" = String, description = "`/webhook-endpoints/{id}`")),
             links(("GetEndpoint" = (operation_id = "get_endpoint", parameters(("id" = "$response.body#/id")))), ("UpdateEndpoint" = (operation_id = "update_endpoint", parameters(("id" = "$response.body#/id")))), ("DeleteEndpoint" = (operation_id = "delete_endpoint", parameters(("id" = "$response.body#/id")))), ("RotateSecret" = (operation_id = "rotate_secret", parameters(("id" = "$response.body#/id")))), ("EnableEndpoint" = (operation_id = "enable_endpoint", parameters(("id" = "$response.body#/id")))), ("ListDeliveries" = (operation_id = "list_deliveries", parameters(("id" = "$response.body#/id")))))),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 413, response = crate::openapi::PayloadTooLarge),
-        (status = 415, response = crate::openapi::UnsupportedMediaType),
-        (status = 422, response = crate::openapi::Unprocessable),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 413, response = crate::error::responses::PayloadTooLarge),
+        (status = 415, response = crate::error::responses::UnsupportedMediaType),
+        (status = 422, response = crate::error::responses::Unprocessable),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
@@ -143,9 +143,9 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 200, description = "The endpoint with its delivery health.", body = EndpointSummary),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
@@ -158,6 +158,13 @@ async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Pat
 
 pub use vid_core::endpoint::{EndpointHealth, EndpointSummary};
 
+/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.
+#[derive(utoipa::ToSchema)]
+pub struct EndpointList {
+    /// Newest first.
+    pub data: Vec<EndpointSummary>,
+}
+
 /// `GET /webhook-endpoints`: every endpoint of the tenant, newest first, each
 /// with its delivery `health` (success rate and last attempt over its latest
 /// 100 deliveries).
@@ -167,9 +174,9 @@ pub use vid_core::endpoint::{EndpointHealth, EndpointSummary};
     tag = "webhook-endpoints",
     security(("api_key" = [])),
     responses(
-        (status = 200, description = "Every endpoint of the tenant, newest first, with its delivery health.", body = crate::openapi::EndpointList),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 200, description = "Every endpoint of the tenant, newest first, with its delivery health.", body = EndpointList),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult<HttpResponse> {
@@ -244,13 +251,13 @@ pub struct UpdateEndpoint {
     request_body(content = UpdateEndpoint, description = "Fields to change. Absent: kept; `null`: clears `description` (none) or `event_types` (every type)."),
     responses(
         (status = 200, description = "The updated endpoint.", body = Endpoint),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 413, response = crate::openapi::PayloadTooLarge),
-        (status = 415, response = crate::openapi::UnsupportedMediaType),
-        (status = 422, response = crate::openapi::Unprocessable),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 413, response = crate::error::responses::PayloadTooLarge),
+        (status = 415, response = crate::error::responses::UnsupportedMediaType),
+        (status = 422, response = crate::error::responses::Unprocessable),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn update_endpoint(
@@ -300,9 +307,9 @@ async fn update_endpoint(
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 204, description = "Deleted; pending deliveries to it are not attempted."),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn delete_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {

@@ -5,17 +5,14 @@
 
 use actix_web::{web, HttpResponse};
 use chrono::{DateTime, Utc};
-use diesel::prelude::*;
 use vid_core::event::{Event, EventType};
 use vid_core::EventId;
-use vid_db::schema::events;
-use vid_db::RunQueryDsl;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
-use crate::routes::operations::page;
-use crate::routes::parse_id;
+use crate::error::{codes, ApiError, ApiResult};
+use crate::routes::{page, parse_id};
 use crate::state::AppState;
+use crate::store;
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -56,8 +53,8 @@ impl EventsQuery {
 pub fn parse_time(param: &str, raw: &str) -> ApiResult<DateTime<Utc>> {
     let invalid = || {
         let shown: String = raw.chars().take(64).collect();
-        ApiError::bad_request(
-            "invalid_query",
+        ApiError::new(
+            codes::INVALID_QUERY,
             format!("`{param}` must be an RFC 3339 date-time such as `2026-01-02T03:04:05Z`, or whole Unix seconds; got `{shown}`"),
         )
     };
@@ -89,22 +86,15 @@ pub fn parse_time(param: &str, raw: &str) -> ApiResult<DateTime<Utc>> {
     params(("id" = EventId, Path, description = "The event.")),
     responses(
         (status = 200, description = "The event exactly as it was sent.", body = Event),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn get_event(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EventId = parse_id(&path)?;
     let mut conn = state.db.get().await?;
-    let payload: String = events::table
-        .filter(events::id.eq(&id))
-        .filter(events::tenant_id.eq(&tenant.id))
-        .select(events::payload)
-        .first(&mut conn)
-        .await
-        .optional()?
-        .ok_or(ApiError::NotFound("event"))?;
+    let payload = store::events::payload(&mut conn, &tenant.id, &id).await?.ok_or(ApiError::NotFound("event"))?;
     Ok(HttpResponse::Ok().content_type("application/json").body(payload))
 }
 
@@ -167,31 +157,29 @@ Send the same filters again."),
     ),
     responses(
         (status = 200, description = "A page of events, newest first; each element of `data` is the stored event verbatim.", body = crate::routes::Page<Event>),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn list_events(state: web::Data<AppState>, tenant: Tenant, query: web::Query<EventsQuery>) -> ApiResult<HttpResponse> {
     let limit = query.limit();
-    let mut q = events::table.filter(events::tenant_id.eq(&tenant.id)).into_boxed();
+    let mut filter = store::events::Filter::default();
     if let Some(t) = &query.type_ {
-        let t = EventType::parse(t).ok_or_else(|| ApiError::bad_request("invalid_event_type", format!("unknown event type `{t}`")))?;
-        q = q.filter(events::event_type.eq(t.as_str()));
+        filter.type_ =
+            Some(EventType::parse(t).ok_or_else(|| ApiError::new(codes::INVALID_EVENT_TYPE, format!("unknown event type `{t}`")))?);
     }
     if let Some(raw) = &query.created_after {
-        q = q.filter(events::created_at.gt(parse_time("created_after", raw)?));
+        filter.created_after = Some(parse_time("created_after", raw)?);
     }
     if let Some(raw) = &query.created_before {
-        q = q.filter(events::created_at.lt(parse_time("created_before", raw)?));
+        filter.created_before = Some(parse_time("created_before", raw)?);
     }
     if let Some(cursor) = &query.cursor {
-        let cursor: EventId = cursor.parse().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not an event id"))?;
-        q = q.filter(events::id.lt(cursor));
+        filter.cursor = Some(cursor.parse().map_err(|_| ApiError::new(codes::INVALID_CURSOR, "cursor is not an event id"))?);
     }
     let mut conn = state.db.get().await?;
-    let rows: Vec<(EventId, String)> =
-        q.order(events::id.desc()).limit(limit + 1).select((events::id, events::payload)).load(&mut conn).await?;
+    let rows = store::events::list(&mut conn, &tenant.id, &filter, limit + 1).await?;
     let page = page(rows, limit, |r| r.0.to_string(), |r| r.1);
     // Built by hand so each payload goes out exactly as stored; each is
     // checked to be one JSON value so a damaged row cannot break the page.

@@ -16,12 +16,29 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(web::resource("/metrics").route(web::get().to(metrics)));
 }
 
+/// `GET /healthz`.
+#[derive(utoipa::ToSchema)]
+pub struct Liveness {
+    /// Always `ok`.
+    #[schema(example = "ok")]
+    pub status: String,
+}
+
+/// `GET /readyz`: whether each dependency answered.
+#[derive(utoipa::ToSchema)]
+pub struct Readiness {
+    /// PostgreSQL answered `SELECT 1`.
+    pub database: bool,
+    /// The media bucket answered `HeadBucket`.
+    pub storage: bool,
+}
+
 /// Liveness: the process answers. Cheap; touches no dependency.
 #[utoipa::path(
     get,
     path = "/healthz",
     tag = "meta",
-    responses((status = 200, description = "The process is alive.", body = crate::openapi::Liveness)),
+    responses((status = 200, description = "The process is alive.", body = Liveness)),
 )]
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
@@ -39,8 +56,8 @@ pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::fr
     path = "/readyz",
     tag = "meta",
     responses(
-        (status = 200, description = "Every dependency answered.", body = crate::openapi::Readiness),
-        (status = 503, description = "A dependency did not answer; the body says which.", body = crate::openapi::Readiness),
+        (status = 200, description = "Every dependency answered.", body = Readiness),
+        (status = 503, description = "A dependency did not answer; the body says which.", body = Readiness),
     ),
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use actix_web::web;
 use vid_core::ids::IdError;
 
-use crate::error::ApiError;
+use crate::error::{codes, ApiError};
 
 /// Parses a path id; a malformed id is `404 not_found` (it cannot name anything),
 /// so ids of other kinds and of other tenants look alike.
@@ -54,35 +54,33 @@ pub fn page_size(limit: Option<i64>) -> i64 {
     limit.unwrap_or(20).clamp(1, 100)
 }
 
-/// A page of a list endpoint: `{data: [...], next_cursor}`.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct Page<T> {
-    /// Items, newest first.
-    pub data: Vec<T>,
-    /// Pass as `cursor` to get the next page; `null` on the last page.
-    pub next_cursor: Option<String>,
+/// The list envelope `{data: [...], next_cursor}`, defined in `vid-core`.
+pub use vid_core::Page;
+
+/// Cuts `limit + 1` rows (newest first) into a page of at most `limit` and
+/// its cursor: the id of the last item kept, when a row was left over.
+pub fn page<R, T>(mut rows: Vec<R>, limit: i64, id: impl Fn(&R) -> String, map: impl Fn(R) -> T) -> Page<T> {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_cursor = if more { rows.last().map(&id) } else { None };
+    Page { data: rows.into_iter().map(map).collect(), next_cursor }
 }
+
+/// The limit of every JSON body of the api, in bytes (`413 body_too_large` past it).
+pub const MAX_JSON_BODY_BYTES: usize = 64 * 1024;
 
 /// Reads a whole request body of at most `limit` bytes, for handlers that
 /// look at the raw bytes before parsing them (an empty body means defaults).
 ///
-/// Errors are problem responses (RFC 9457): `413 body_too_large` past
-/// `limit` (the api's JSON limit, [`uploads::MAX_COMPLETE_BODY_BYTES`]), and
-/// `400 invalid_json` if reading the body fails.
-pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, actix_web::HttpResponse> {
+/// Errors: `413 body_too_large` past `limit` (the api's JSON limit,
+/// [`MAX_JSON_BODY_BYTES`]), and `400 invalid_json` if reading the body fails.
+pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::Bytes, ApiError> {
     use futures::StreamExt;
-    use vid_core::Problem;
     let mut bytes = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| {
-            crate::error::problem_response(
-                Problem::new(400, "invalid_json", "Bad request").with_detail(format!("reading the body failed: {e}")),
-            )
-        })?;
+        let chunk = chunk.map_err(|e| ApiError::new(codes::INVALID_JSON, format!("reading the body failed: {e}")))?;
         if bytes.len() + chunk.len() > limit {
-            return Err(crate::error::problem_response(
-                Problem::new(413, "body_too_large", "Body too large").with_detail(format!("the body is larger than {limit} bytes")),
-            ));
+            return Err(ApiError::new(codes::BODY_TOO_LARGE, format!("the body is larger than {limit} bytes")));
         }
         bytes.extend_from_slice(&chunk);
     }

@@ -1,22 +1,17 @@
 //! `/operations`: long-running jobs (design §2, "长任务：先返回 202").
 
 use actix_web::{web, HttpResponse};
-use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use diesel_async::scoped_futures::ScopedFutureExt;
-use diesel_async::AsyncConnection;
-use vid_core::event::{EventData, EventType, VideoEventData};
-use vid_core::messages::CancelTranscode;
-use vid_core::operation::{Operation, OperationMetadata, OperationResult, OperationStatus, Phase, ScanOutcome};
-use vid_core::video::VideoStatus;
-use vid_core::{OperationId, Problem, TenantId, VideoId};
-use vid_db::schema::{operations, videos};
-use vid_db::RunQueryDsl;
+use vid_core::operation::{Operation, OperationStatus};
+use vid_core::OperationId;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
+use crate::domain::operation::{self, Applied, Transition};
+use crate::error::{codes, ApiError, ApiResult};
+// Kept for the delivery routes, which still name it here.
+pub use crate::routes::page;
 use crate::routes::{page_size, parse_id, Page};
 use crate::state::AppState;
+use crate::store::{self, operations::OperationRow};
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -32,55 +27,10 @@ pub fn operation_location(id: &OperationId) -> String {
     format!("/operations/{id}")
 }
 
-/// A row of `operations`.
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = operations)]
-pub struct OperationRow {
-    pub id: OperationId,
-    pub tenant_id: TenantId,
-    pub video_id: VideoId,
-    pub status: String,
-    pub progress: i16,
-    pub phase: Option<String>,
-    pub result: Option<serde_json::Value>,
-    pub error: Option<serde_json::Value>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub heartbeat_at: Option<DateTime<Utc>>,
-    pub scan: Option<String>,
-}
-
-impl OperationRow {
-    /// The public resource.
-    pub fn into_operation(self) -> Operation {
-        Operation {
-            id: self.id,
-            status: OperationStatus::parse(&self.status).unwrap_or(OperationStatus::Failed),
-            progress: self.progress.clamp(0, 100) as u8,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            result: self.result.and_then(|v| serde_json::from_value::<OperationResult>(v).ok()),
-            error: self.error.and_then(|v| serde_json::from_value::<Problem>(v).ok()),
-            metadata: OperationMetadata {
-                phase: self.phase.and_then(|p| serde_json::from_value::<Phase>(serde_json::Value::String(p)).ok()),
-                video_id: Some(self.video_id),
-                scan: self.scan.as_deref().and_then(ScanOutcome::parse),
-            },
-        }
-    }
-}
-
 /// Loads a tenant's operation; `404` for anyone else's.
 pub async fn load_operation(state: &AppState, tenant: &Tenant, id: &OperationId) -> ApiResult<Operation> {
     let mut conn = state.db.get().await?;
-    let row = operations::table
-        .filter(operations::id.eq(id))
-        .filter(operations::tenant_id.eq(&tenant.id))
-        .select(OperationRow::as_select())
-        .first(&mut conn)
-        .await
-        .optional()?
-        .ok_or(ApiError::NotFound("operation"))?;
+    let row = store::operations::get(&mut conn, &tenant.id, id).await?.ok_or(ApiError::NotFound("operation"))?;
     Ok(row.into_operation())
 }
 
@@ -93,9 +43,9 @@ pub async fn load_operation(state: &AppState, tenant: &Tenant, id: &OperationId)
     params(("id" = vid_core::OperationId, Path, description = "The operation.")),
     responses(
         (status = 200, description = "The operation.", body = Operation),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn get_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
@@ -133,34 +83,24 @@ pub struct OperationsQuery {
     params(OperationsQuery),
     responses(
         (status = 200, description = "A page of operations, newest first.", body = Page<Operation>),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn list_operations(state: web::Data<AppState>, tenant: Tenant, query: web::Query<OperationsQuery>) -> ApiResult<HttpResponse> {
     let limit = page_size(query.limit);
-    let mut q = operations::table.filter(operations::tenant_id.eq(&tenant.id)).into_boxed();
-    if let Some(status) = &query.status {
-        let status =
-            OperationStatus::parse(status).ok_or_else(|| ApiError::bad_request("invalid_status", format!("unknown status `{status}`")))?;
-        q = q.filter(operations::status.eq(status.as_str()));
-    }
-    if let Some(cursor) = &query.cursor {
-        let cursor: OperationId = cursor.parse().map_err(|_| ApiError::bad_request("invalid_cursor", "cursor is not an operation id"))?;
-        q = q.filter(operations::id.lt(cursor));
-    }
+    let status = match &query.status {
+        Some(s) => Some(OperationStatus::parse(s).ok_or_else(|| ApiError::new(codes::INVALID_STATUS, format!("unknown status `{s}`")))?),
+        None => None,
+    };
+    let cursor = match &query.cursor {
+        Some(c) => Some(c.parse::<OperationId>().map_err(|_| ApiError::new(codes::INVALID_CURSOR, "cursor is not an operation id"))?),
+        None => None,
+    };
     let mut conn = state.db.get().await?;
-    let rows: Vec<OperationRow> = q.order(operations::id.desc()).limit(limit + 1).select(OperationRow::as_select()).load(&mut conn).await?;
+    let rows = store::operations::list(&mut conn, &tenant.id, status, cursor.as_ref(), limit + 1).await?;
     Ok(HttpResponse::Ok().json(page(rows, limit, |r| r.id.to_string(), OperationRow::into_operation)))
-}
-
-/// Cuts `limit + 1` rows into a page and its cursor.
-pub fn page<R, T>(mut rows: Vec<R>, limit: i64, id: impl Fn(&R) -> String, map: impl Fn(R) -> T) -> Page<T> {
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next_cursor = if more { rows.last().map(&id) } else { None };
-    Page { data: rows.into_iter().map(map).collect(), next_cursor }
 }
 
 /// `POST /operations/{id}:cancel`: `200` with the cancelled operation.
@@ -178,117 +118,53 @@ pub fn page<R, T>(mut rows: Vec<R>, limit: i64, id: impl Fn(&R) -> String, map: 
     params(("id" = vid_core::OperationId, Path, description = "The operation.")),
     responses(
         (status = 200, description = "The cancelled operation.", body = Operation),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 409, response = crate::openapi::Conflict),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 409, response = crate::error::responses::Conflict),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn cancel_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
     let current = load_operation(&state, &tenant, &id).await?;
     if current.status.is_terminal() {
-        return Err(ApiError::Conflict {
-            code: "operation_terminal",
-            detail: format!("operation {id} is already {}", current.status.as_str()),
-            extensions: vec![("operation_status", current.status.as_str().into())],
-        });
+        return Err(operation_terminal(&current));
     }
-    let topology = state.topology.clone();
-    let tenant_id = tenant.id.clone();
     let mut conn = state.db.get().await?;
-    let cancelled = conn
-        .transaction::<bool, ApiError, _>(|conn| {
-            async move {
-                let error = Problem::new(409, "cancelled", "Operation cancelled").with_detail("cancelled at the caller's request");
-                let video_id: Option<VideoId> = diesel::update(
-                    operations::table
-                        .filter(operations::id.eq(&id))
-                        .filter(operations::tenant_id.eq(&tenant_id))
-                        .filter(operations::status.eq_any(["pending", "running"])),
-                )
-                .set((
-                    operations::status.eq(OperationStatus::Cancelled.as_str()),
-                    operations::error.eq(serde_json::to_value(&error).expect("problems serialise")),
-                    operations::updated_at.eq(Utc::now()),
-                ))
-                .returning(operations::video_id)
-                .get_result(conn)
-                .await
-                .optional()?;
-                let Some(video_id) = video_id else { return Ok(false) };
-                crate::watch::record_change(conn, &id).await?;
-                let version = bump_video(conn, &video_id, VideoStatus::Cancelled).await?;
-                crate::outbox::record_event(
-                    conn,
-                    &topology,
-                    &tenant_id,
-                    EventType::VideoCancelled,
-                    video_id.as_str(),
-                    EventData::Video(VideoEventData { video_id: video_id.clone(), operation_id: id.clone(), version }),
-                )
-                .await?;
-                crate::outbox::enqueue(
-                    conn,
-                    &topology.control_exchange(),
-                    "",
-                    serde_json::to_string(&CancelTranscode { operation_id: id.clone() }).expect("serialises"),
-                    Some(id.as_str()),
-                )
-                .await?;
-                Ok(true)
-            }
-            .scope_boxed()
-        })
-        .await?;
-    state.outbox_notify.notify_one();
-    let op = load_operation(&state, &tenant, &current.id).await?;
-    if !cancelled {
-        return Err(ApiError::Conflict {
-            code: "operation_terminal",
-            detail: format!("operation {} is already {}", op.id, op.status.as_str()),
-            extensions: vec![("operation_status", op.status.as_str().into())],
-        });
+    let applied = operation::apply(&mut conn, &state.outbox, &id, Transition::Cancel).await?;
+    drop(conn);
+    let op = load_operation(&state, &tenant, &id).await?;
+    if applied != Applied::Changed {
+        return Err(operation_terminal(&op));
     }
     Ok(HttpResponse::Ok().json(op))
 }
 
-/// Sets a video's status and increments its version; returns the new version.
-pub async fn bump_video(conn: &mut diesel_async::AsyncPgConnection, video_id: &VideoId, status: VideoStatus) -> diesel::QueryResult<i64> {
-    diesel::update(videos::table.filter(videos::id.eq(video_id)))
-        .set((videos::status.eq(status.as_str()), videos::version.eq(videos::version + 1), videos::updated_at.eq(Utc::now())))
-        .returning(videos::version)
-        .get_result(conn)
-        .await
+/// The `409 operation_terminal` for an operation that can no longer be cancelled.
+fn operation_terminal(op: &Operation) -> ApiError {
+    ApiError::new(codes::OPERATION_TERMINAL, format!("operation {} is already {}", op.id, op.status.as_str()))
+        .with_extension("operation_status", op.status.as_str())
 }
 
 /// The `429 too_many_watchers` answer, with `Retry-After`.
-fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> HttpResponse {
-    let problem = Problem::new(429, "too_many_watchers", "Too many watchers")
-        .with_detail(format!("this API key's tenant already has {} open waits and event streams; close one or retry later", busy.max));
-    let mut resp = crate::error::problem_response(problem);
-    resp.headers_mut()
-        .insert(actix_web::http::header::RETRY_AFTER, actix_web::http::header::HeaderValue::from_static(WATCH_RETRY_AFTER_SECONDS));
-    resp
+fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> ApiError {
+    ApiError::new(
+        codes::TOO_MANY_WATCHERS,
+        format!("this API key's tenant already has {} open waits and event streams; close one or retry later", busy.max),
+    )
+    .with_retry_after(WATCH_RETRY_AFTER_SECONDS)
 }
 
 /// `Retry-After` of `429 too_many_watchers`, in seconds.
-const WATCH_RETRY_AFTER_SECONDS: &str = "5";
+const WATCH_RETRY_AFTER_SECONDS: u64 = 5;
 
 /// Subscribes (taking a tenant slot), then reads the operation, so no change
-/// can fall between the two; `Err(response)` is the 429 to send.
-async fn watch_operation(
-    state: &AppState,
-    tenant: &Tenant,
-    id: &OperationId,
-) -> ApiResult<Result<(crate::watch::Watch, crate::watch::Snapshot), HttpResponse>> {
-    let watch = match state.watchers.subscribe(&tenant.id, id) {
-        Ok(watch) => watch,
-        Err(busy) => return Ok(Err(too_many_watchers(busy))),
-    };
+/// can fall between the two. Errors: `429 too_many_watchers`, `404`.
+async fn watch_operation(state: &AppState, tenant: &Tenant, id: &OperationId) -> ApiResult<(crate::watch::Watch, crate::watch::Snapshot)> {
+    let watch = state.watchers.subscribe(&tenant.id, id).map_err(too_many_watchers)?;
     let current = crate::watch::load(&state.db, id, Some(&tenant.id)).await?.ok_or(ApiError::NotFound("operation"))?;
     state.watchers.publish(id, current.clone());
-    Ok(Ok((watch, current)))
+    Ok((watch, current))
 }
 
 /// `POST /operations/{id}:wait` with an optional body `{"timeout_seconds": 30, "revision": 7}`
@@ -313,11 +189,11 @@ async fn watch_operation(
     request_body(content = Option<vid_core::operation::WaitOperation>, description = "Optional; `{}` or no body means the defaults."),
     responses(
         (status = 200, description = "The operation changed, was terminal, or the wait timed out.", body = vid_core::operation::WaitResponse),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 429, response = crate::openapi::TooManyRequests),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 429, response = crate::error::responses::TooManyRequests),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn wait_operation(
@@ -328,20 +204,14 @@ async fn wait_operation(
 ) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
     let id: OperationId = parse_id(&path)?;
-    let body = match crate::routes::read_body(payload, crate::routes::uploads::MAX_COMPLETE_BODY_BYTES).await {
-        Ok(body) => body,
-        Err(problem) => return Ok(problem),
-    };
+    let body = crate::routes::read_body(payload, crate::routes::MAX_JSON_BODY_BYTES).await?;
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
         WaitOperation::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?
+        serde_json::from_slice(&body).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?
     };
     let timeout = std::time::Duration::from_secs(request.timeout_seconds.unwrap_or(30).min(60));
-    let (mut watch, current) = match watch_operation(&state, &tenant, &id).await? {
-        Ok(watching) => watching,
-        Err(too_many) => return Ok(too_many),
-    };
+    let (mut watch, current) = watch_operation(&state, &tenant, &id).await?;
     let answer = |snapshot: crate::watch::Snapshot, reason| {
         HttpResponse::Ok().json(WaitResponse { operation: (*snapshot.operation).clone(), reason, revision: snapshot.revision })
     };
@@ -401,10 +271,10 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
     responses(
         (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event, or when this api replica is stopping (a `: server stopping` comment, then the end: reconnect with `Last-Event-ID`).", content_type = "text/event-stream", body = String),
         (status = 204, description = "A reconnect after the terminal event: nothing more will come."),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 429, response = crate::openapi::TooManyRequests),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 429, response = crate::error::responses::TooManyRequests),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn operation_events(
@@ -415,10 +285,7 @@ async fn operation_events(
 ) -> ApiResult<HttpResponse> {
     let id: OperationId = parse_id(&path)?;
     let last_seen: Option<i64> = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-    let (watch, current) = match watch_operation(&state, &tenant, &id).await? {
-        Ok(watching) => watching,
-        Err(too_many) => return Ok(too_many),
-    };
+    let (watch, current) = watch_operation(&state, &tenant, &id).await?;
     let up_to_date = last_seen == Some(current.revision);
     if up_to_date && current.operation.status.is_terminal() {
         return Ok(HttpResponse::NoContent().finish());

@@ -1,0 +1,211 @@
+//! The state machine of an operation and its video: every change of either
+//! goes through [`apply`] — the transcoder-report consumer (progress, scan,
+//! finish), `POST /operations/{id}:cancel`, the janitor (worker lost) and
+//! the dead-letter consumer (retries exhausted).
+//!
+//! Rules, enforced here and nowhere else:
+//! - progress never decreases and stays ≤ 99 until the status is terminal;
+//!   the phase never moves backwards;
+//! - a terminal status (`succeeded`, `failed`, `cancelled`) is never
+//!   overwritten, so a cancel racing a completion ends in exactly one
+//!   terminal state (each transition holds the operation's row lock);
+//! - every change of the video bumps its `version`, and its event (carrying
+//!   that version) is recorded in the same transaction and published through
+//!   the outbox (whose commit wakes the relay);
+//! - every change of an operation (status, progress, phase, scan) bumps its
+//!   `revision` and notifies `operation_changed` in the same transaction
+//!   ([`crate::watch`]).
+
+use diesel::QueryResult;
+use diesel_async::scoped_futures::ScopedFutureExt;
+use vid_core::event::{EventData, EventType, VideoEventData};
+use vid_core::operation::{OperationResult, OperationStatus, Phase, RenditionRef, ScanOutcome};
+use vid_core::video::{Poster, Rendition, SourceMetadata, VideoStatus};
+use vid_core::{OperationId, Problem, TenantId, VideoId};
+
+use crate::error::codes;
+use crate::store::operations as ops;
+use crate::store::outbox::{Outbox, Staged};
+use crate::store::Conn;
+
+/// What may happen to an operation.
+// `Finish` carries the outcome by value: a transition lives for one call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum Transition {
+    /// A transcoder's heartbeat (`started` is `percent: 0` without a phase).
+    Progress {
+        /// The step it is in, if it said.
+        phase: Option<Phase>,
+        /// Integer percent; capped at 99.
+        percent: u8,
+    },
+    /// The malware scan's outcome (`metadata.scan`).
+    Scan(ScanOutcome),
+    /// The operation ended.
+    Finish(Outcome),
+    /// The caller cancelled it.
+    Cancel,
+}
+
+/// What ended an operation.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Every output is stored.
+    Succeeded {
+        /// Probe results.
+        source: SourceMetadata,
+        /// Outputs, tallest first.
+        renditions: Vec<Rendition>,
+        /// Poster.
+        poster: Option<Poster>,
+    },
+    /// A permanent failure.
+    Failed {
+        /// The problem to show in `error`.
+        error: Problem,
+        /// Probe results, if any.
+        source: Option<SourceMetadata>,
+    },
+}
+
+/// What a transition did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The state changed.
+    Changed,
+    /// Nothing to do (unknown operation, duplicate, late, or already terminal with this status).
+    Ignored,
+    /// The operation was already terminal with another status (e.g.
+    /// `cancelled`); the caller should clean up what the report produced.
+    /// For a progress report on a cancelled operation, the cancel was sent again.
+    AlreadyTerminal(OperationStatus),
+}
+
+/// Applies `transition` to operation `id` in one transaction (see the module
+/// docs for the rules). Errors: the database failed, or the row holds a
+/// state the code does not know (a deserialize error); nothing changed then.
+pub async fn apply(conn: &mut Conn, outbox: &Outbox, id: &OperationId, transition: Transition) -> QueryResult<Applied> {
+    let id = id.clone();
+    outbox
+        .transaction(conn, move |conn, staged| {
+            async move {
+                let Some((status, video, tenant)) = ops::lock(conn, &id).await? else { return Ok(Applied::Ignored) };
+                let op = Locked { id: &id, status, video, tenant, staged };
+                match transition {
+                    Transition::Progress { phase, percent } => progress(conn, &op, phase, percent).await,
+                    Transition::Scan(outcome) => scan(conn, &op, outcome).await,
+                    Transition::Finish(outcome) => finish(conn, &op, outcome).await,
+                    Transition::Cancel => cancel(conn, &op).await,
+                }
+            }
+            .scope_boxed()
+        })
+        .await
+}
+
+/// An operation whose row this transaction holds.
+struct Locked<'a> {
+    id: &'a OperationId,
+    status: OperationStatus,
+    video: VideoId,
+    tenant: TenantId,
+    staged: Staged,
+}
+
+impl Locked<'_> {
+    /// Sets the video's status, bumps its version and records its event.
+    async fn video_event(&self, conn: &mut Conn, status: VideoStatus, type_: EventType) -> QueryResult<()> {
+        let version = ops::bump_video(conn, &self.video, status).await?;
+        let data = EventData::Video(VideoEventData { video_id: self.video.clone(), operation_id: self.id.clone(), version });
+        self.staged.record_event(conn, &self.tenant, type_, self.video.as_str(), data).await?;
+        Ok(())
+    }
+}
+
+/// `pending` becomes `running` (event `video.processing`); progress and
+/// phase only move forward, so a late report, a duplicate job or a restarted
+/// worker never rewinds what the operation shows (nor counts as a change).
+/// On a `cancelled` operation the cancel is sent again: a worker is busy with
+/// it (the job was still queued at the cancel, or the broadcast missed it).
+async fn progress(conn: &mut Conn, op: &Locked<'_>, phase: Option<Phase>, percent: u8) -> QueryResult<Applied> {
+    if op.status == OperationStatus::Cancelled {
+        op.staged.cancel_transcode(conn, op.id).await?;
+        return Ok(Applied::AlreadyTerminal(op.status));
+    }
+    if op.status.is_terminal() {
+        return Ok(Applied::Ignored);
+    }
+    let before = ops::fingerprint(conn, op.id).await?;
+    if op.status == OperationStatus::Pending {
+        op.video_event(conn, VideoStatus::Processing, EventType::VideoProcessing).await?;
+    }
+    ops::set_running(conn, op.id, i16::from(percent.min(99))).await?;
+    if let Some(phase) = phase.filter(|p| before.2.is_none_or(|shown| *p > shown)) {
+        ops::set_phase(conn, op.id, phase).await?;
+    }
+    if ops::fingerprint(conn, op.id).await? != before {
+        ops::record_change(conn, op.id).await?;
+    }
+    Ok(Applied::Changed)
+}
+
+/// Records the scan outcome of an open operation; a change bumps its revision.
+async fn scan(conn: &mut Conn, op: &Locked<'_>, outcome: ScanOutcome) -> QueryResult<Applied> {
+    if op.status.is_terminal() || !ops::set_scan(conn, op.id, outcome).await? {
+        return Ok(Applied::Ignored);
+    }
+    ops::record_change(conn, op.id).await?;
+    Ok(Applied::Changed)
+}
+
+/// Ends an open operation: operation, video (outputs or probe results), event.
+async fn finish(conn: &mut Conn, op: &Locked<'_>, outcome: Outcome) -> QueryResult<Applied> {
+    let target = match outcome {
+        Outcome::Succeeded { .. } => OperationStatus::Succeeded,
+        Outcome::Failed { .. } => OperationStatus::Failed,
+    };
+    if op.status.is_terminal() {
+        return Ok(if op.status == target { Applied::Ignored } else { Applied::AlreadyTerminal(op.status) });
+    }
+    match outcome {
+        Outcome::Succeeded { source, renditions, poster } => {
+            let result = OperationResult {
+                video_id: op.video.clone(),
+                video: format!("/videos/{}", op.video),
+                renditions: renditions
+                    .iter()
+                    .map(|r| RenditionRef { name: r.name.clone(), width: r.width, height: r.height, storage_key: r.storage_key.clone() })
+                    .collect(),
+            };
+            ops::set_succeeded(conn, op.id, &result).await?;
+            ops::set_video_outputs(conn, &op.video, &source, &renditions, poster.as_ref()).await?;
+            op.video_event(conn, VideoStatus::Ready, EventType::VideoReady).await?;
+        }
+        Outcome::Failed { error, source } => {
+            ops::set_ended(conn, op.id, OperationStatus::Failed, &error).await?;
+            if let Some(source) = source {
+                ops::set_video_source(conn, &op.video, &source).await?;
+            }
+            op.video_event(conn, VideoStatus::Failed, EventType::VideoFailed).await?;
+        }
+    }
+    ops::record_change(conn, op.id).await?;
+    Ok(Applied::Changed)
+}
+
+/// Cancels an open operation: the operation `cancelled` (error code
+/// `cancelled`), the video `cancelled` with event `video.cancelled`, and a
+/// cancel broadcast to every transcoder. A terminal one is left alone
+/// ([`Applied::AlreadyTerminal`], or [`Applied::Ignored`] if already cancelled).
+async fn cancel(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
+    if op.status.is_terminal() {
+        return Ok(if op.status == OperationStatus::Cancelled { Applied::Ignored } else { Applied::AlreadyTerminal(op.status) });
+    }
+    let error = codes::CANCELLED.problem().with_detail("cancelled at the caller's request");
+    ops::set_ended(conn, op.id, OperationStatus::Cancelled, &error).await?;
+    ops::record_change(conn, op.id).await?;
+    op.video_event(conn, VideoStatus::Cancelled, EventType::VideoCancelled).await?;
+    op.staged.cancel_transcode(conn, op.id).await?;
+    Ok(Applied::Changed)
+}

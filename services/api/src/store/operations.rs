@@ -1,0 +1,348 @@
+//! `operations` and `videos`: their row types and every query on them.
+//!
+//! Writers: the api only (the transcoder reports through RabbitMQ). Status,
+//! progress, phase, scan, result and error of an operation, and status and
+//! version of a video, change only through [`crate::domain::operation`];
+//! [`insert_processing`] creates both at `complete`.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use vid_core::operation::{Operation, OperationMetadata, OperationResult, OperationStatus, Phase, ScanOutcome};
+use vid_core::video::{Poster, Rendition, SourceMetadata, Video, VideoStatus};
+use vid_core::{OperationId, Problem, TenantId, UploadId, VideoId};
+use vid_db::schema::{operations, videos};
+use vid_db::RunQueryDsl;
+
+use super::Conn;
+
+/// A row of `operations`. An unknown stored `status`, `phase` or `scan` is a
+/// deserialize error when the row is read (logged, answered `500`).
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = operations)]
+pub struct OperationRow {
+    /// `op_…`
+    pub id: OperationId,
+    /// Owner.
+    pub tenant_id: TenantId,
+    /// The video this operation produces.
+    pub video_id: VideoId,
+    /// Where the operation is in its life.
+    pub status: OperationStatus,
+    /// 0–100.
+    pub progress: i16,
+    /// The step a running transcode is in.
+    pub phase: Option<Phase>,
+    /// [`OperationResult`] as JSON, once succeeded.
+    pub result: Option<serde_json::Value>,
+    /// [`Problem`] as JSON, once failed or cancelled.
+    pub error: Option<serde_json::Value>,
+    /// When accepted.
+    pub created_at: DateTime<Utc>,
+    /// When it last changed.
+    pub updated_at: DateTime<Utc>,
+    /// The transcoder's last report.
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    /// The malware scan's outcome.
+    pub scan: Option<ScanOutcome>,
+}
+
+impl OperationRow {
+    /// The public resource.
+    pub fn into_operation(self) -> Operation {
+        Operation {
+            id: self.id,
+            status: self.status,
+            progress: self.progress.clamp(0, 100) as u8,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            result: self.result.and_then(|v| serde_json::from_value::<OperationResult>(v).ok()),
+            error: self.error.and_then(|v| serde_json::from_value::<Problem>(v).ok()),
+            metadata: OperationMetadata { phase: self.phase, video_id: Some(self.video_id), scan: self.scan },
+        }
+    }
+}
+
+/// A tenant's operation; `None` for anyone else's.
+pub async fn get(conn: &mut Conn, tenant: &TenantId, id: &OperationId) -> QueryResult<Option<OperationRow>> {
+    operations::table
+        .filter(operations::id.eq(id))
+        .filter(operations::tenant_id.eq(tenant))
+        .select(OperationRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// An operation and its `revision`; with `tenant`, only if it is that tenant's.
+pub async fn get_with_revision(conn: &mut Conn, id: &OperationId, tenant: Option<&TenantId>) -> QueryResult<Option<(OperationRow, i64)>> {
+    let mut q = operations::table.filter(operations::id.eq(id)).into_boxed();
+    if let Some(tenant) = tenant {
+        q = q.filter(operations::tenant_id.eq(tenant));
+    }
+    q.select((OperationRow::as_select(), operations::revision)).first(conn).await.optional()
+}
+
+/// Up to `limit` of a tenant's operations older than `cursor`, newest first.
+pub async fn list(
+    conn: &mut Conn,
+    tenant: &TenantId,
+    status: Option<OperationStatus>,
+    cursor: Option<&OperationId>,
+    limit: i64,
+) -> QueryResult<Vec<OperationRow>> {
+    let mut q = operations::table.filter(operations::tenant_id.eq(tenant)).into_boxed();
+    if let Some(status) = status {
+        q = q.filter(operations::status.eq(status));
+    }
+    if let Some(cursor) = cursor {
+        q = q.filter(operations::id.lt(cursor));
+    }
+    q.order(operations::id.desc()).limit(limit).select(OperationRow::as_select()).load(conn).await
+}
+
+/// Locks an operation's row (`FOR UPDATE`) for a transition: its status, video and tenant.
+pub async fn lock(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<(OperationStatus, VideoId, TenantId)>> {
+    operations::table
+        .filter(operations::id.eq(id))
+        .for_update()
+        .select((operations::status, operations::video_id, operations::tenant_id))
+        .first(conn)
+        .await
+        .optional()
+}
+
+/// What a change of an operation is measured on: status, progress, phase.
+pub type Fingerprint = (OperationStatus, i16, Option<Phase>);
+
+/// The [`Fingerprint`] of an operation.
+pub async fn fingerprint(conn: &mut Conn, id: &OperationId) -> QueryResult<Fingerprint> {
+    operations::table.filter(operations::id.eq(id)).select((operations::status, operations::progress, operations::phase)).first(conn).await
+}
+
+/// Bumps the operation's `revision` and queues `pg_notify('operation_changed', id)`
+/// (delivered on commit; see [`crate::watch`]).
+pub async fn record_change(conn: &mut Conn, id: &OperationId) -> QueryResult<()> {
+    diesel::sql_query(
+        "WITH bumped AS (UPDATE operations SET revision = revision + 1 WHERE id = $1 RETURNING id) \
+         SELECT pg_notify('operation_changed', id) FROM bumped",
+    )
+    .bind::<diesel::sql_types::Text, _>(id.as_str())
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+/// A heartbeat: `running`, progress raised to at least `percent` (never lowered), heartbeat now.
+pub async fn set_running(conn: &mut Conn, id: &OperationId, percent: i16) -> QueryResult<()> {
+    let now = Utc::now();
+    diesel::update(operations::table.filter(operations::id.eq(id)))
+        .set((
+            operations::status.eq(OperationStatus::Running),
+            operations::progress.eq(diesel::dsl::sql::<diesel::sql_types::SmallInt>("GREATEST(progress, ")
+                .bind::<diesel::sql_types::SmallInt, _>(percent)
+                .sql(")")),
+            operations::heartbeat_at.eq(now),
+            operations::updated_at.eq(now),
+        ))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Sets the phase (the caller checked it moves forward).
+pub async fn set_phase(conn: &mut Conn, id: &OperationId, phase: Phase) -> QueryResult<()> {
+    diesel::update(operations::table.filter(operations::id.eq(id))).set(operations::phase.eq(phase)).execute(conn).await.map(|_| ())
+}
+
+/// Sets the scan outcome unless it is already that; whether it changed.
+pub async fn set_scan(conn: &mut Conn, id: &OperationId, outcome: ScanOutcome) -> QueryResult<bool> {
+    let n = diesel::update(operations::table.filter(operations::id.eq(id)).filter(operations::scan.is_distinct_from(outcome)))
+        .set((operations::scan.eq(outcome), operations::updated_at.eq(Utc::now())))
+        .execute(conn)
+        .await?;
+    Ok(n > 0)
+}
+
+/// `succeeded`, progress 100, phase `done`, with its result.
+pub async fn set_succeeded(conn: &mut Conn, id: &OperationId, result: &OperationResult) -> QueryResult<()> {
+    let now = Utc::now();
+    diesel::update(operations::table.filter(operations::id.eq(id)))
+        .set((
+            operations::status.eq(OperationStatus::Succeeded),
+            operations::progress.eq(100i16),
+            operations::phase.eq(Phase::Done),
+            operations::result.eq(json(result)),
+            operations::updated_at.eq(now),
+            operations::heartbeat_at.eq(now),
+        ))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// `failed` or `cancelled` with its problem, only from `pending` or
+/// `running`; the video id, or `None` if the operation was not open.
+pub async fn set_ended(conn: &mut Conn, id: &OperationId, status: OperationStatus, error: &Problem) -> QueryResult<Option<VideoId>> {
+    diesel::update(
+        operations::table
+            .filter(operations::id.eq(id))
+            .filter(operations::status.eq_any([OperationStatus::Pending, OperationStatus::Running])),
+    )
+    .set((operations::status.eq(status), operations::error.eq(json(error)), operations::updated_at.eq(Utc::now())))
+    .returning(operations::video_id)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+/// Operations `running` whose last report is older than `cutoff` (at most `limit`).
+pub async fn silent_since(conn: &mut Conn, cutoff: DateTime<Utc>, limit: i64) -> QueryResult<Vec<OperationId>> {
+    operations::table
+        .filter(operations::status.eq(OperationStatus::Running))
+        .filter(operations::heartbeat_at.lt(cutoff))
+        .select(operations::id)
+        .limit(limit)
+        .load(conn)
+        .await
+}
+
+/// The values of a new video and its `pending` operation (phase `queued`).
+pub struct NewTranscode<'a> {
+    /// The new video's id.
+    pub video_id: &'a VideoId,
+    /// The new operation's id.
+    pub operation_id: &'a OperationId,
+    /// Owner.
+    pub tenant_id: &'a TenantId,
+    /// The completed upload.
+    pub upload_id: &'a UploadId,
+    /// The upload's display filename.
+    pub filename: Option<&'a str>,
+    /// The source's media type.
+    pub content_type: &'a str,
+    /// Storage key of the source object.
+    pub source_key: &'a str,
+}
+
+/// Inserts a `processing` video and its `pending` operation; returns the operation as committed.
+pub async fn insert_processing(conn: &mut Conn, new: &NewTranscode<'_>) -> QueryResult<OperationRow> {
+    diesel::insert_into(videos::table)
+        .values((
+            videos::id.eq(new.video_id),
+            videos::tenant_id.eq(new.tenant_id),
+            videos::upload_id.eq(new.upload_id),
+            videos::operation_id.eq(new.operation_id),
+            videos::status.eq(VideoStatus::Processing),
+            videos::filename.eq(new.filename),
+            videos::content_type.eq(new.content_type),
+            videos::source_key.eq(new.source_key),
+        ))
+        .execute(conn)
+        .await?;
+    diesel::insert_into(operations::table)
+        .values((
+            operations::id.eq(new.operation_id),
+            operations::tenant_id.eq(new.tenant_id),
+            operations::video_id.eq(new.video_id),
+            operations::status.eq(OperationStatus::Pending),
+            operations::phase.eq(Phase::Queued),
+        ))
+        .execute(conn)
+        .await?;
+    operations::table.filter(operations::id.eq(new.operation_id)).select(OperationRow::as_select()).first(conn).await
+}
+
+/// A row of `videos` as the API shows it.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = videos)]
+pub struct VideoRow {
+    /// `vid_…`
+    pub id: VideoId,
+    /// The operation that produces it.
+    pub operation_id: OperationId,
+    /// Its life; unknown stored values are a deserialize error.
+    pub status: VideoStatus,
+    /// Grows with every change; carried by its events.
+    pub version: i64,
+    /// Display filename.
+    pub filename: Option<String>,
+    /// Source media type.
+    pub content_type: String,
+    /// [`SourceMetadata`] as JSON.
+    pub source: Option<serde_json::Value>,
+    /// `[Rendition]` as JSON.
+    pub renditions: serde_json::Value,
+    /// [`Poster`] as JSON.
+    pub poster: Option<serde_json::Value>,
+    /// Created.
+    pub created_at: DateTime<Utc>,
+    /// Last changed.
+    pub updated_at: DateTime<Utc>,
+}
+
+impl VideoRow {
+    /// The public resource (without download URLs).
+    pub fn into_video(self) -> Video {
+        Video {
+            id: self.id,
+            status: self.status,
+            version: self.version,
+            operation_id: self.operation_id,
+            filename: self.filename,
+            content_type: self.content_type,
+            source: self.source.and_then(|v| serde_json::from_value::<SourceMetadata>(v).ok()),
+            renditions: serde_json::from_value::<Vec<Rendition>>(self.renditions).unwrap_or_default(),
+            poster: self.poster.and_then(|v| serde_json::from_value::<Poster>(v).ok()),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// A tenant's video; `None` for anyone else's.
+pub async fn get_video(conn: &mut Conn, tenant: &TenantId, id: &VideoId) -> QueryResult<Option<VideoRow>> {
+    videos::table.filter(videos::id.eq(id)).filter(videos::tenant_id.eq(tenant)).select(VideoRow::as_select()).first(conn).await.optional()
+}
+
+/// Up to `limit` of a tenant's videos older than `cursor`, newest first.
+pub async fn list_videos(conn: &mut Conn, tenant: &TenantId, cursor: Option<&VideoId>, limit: i64) -> QueryResult<Vec<VideoRow>> {
+    let mut q = videos::table.filter(videos::tenant_id.eq(tenant)).into_boxed();
+    if let Some(cursor) = cursor {
+        q = q.filter(videos::id.lt(cursor));
+    }
+    q.order(videos::id.desc()).limit(limit).select(VideoRow::as_select()).load(conn).await
+}
+
+/// Sets a video's status and increments its version; returns the new version.
+pub async fn bump_video(conn: &mut Conn, id: &VideoId, status: VideoStatus) -> QueryResult<i64> {
+    diesel::update(videos::table.filter(videos::id.eq(id)))
+        .set((videos::status.eq(status), videos::version.eq(videos::version + 1), videos::updated_at.eq(Utc::now())))
+        .returning(videos::version)
+        .get_result(conn)
+        .await
+}
+
+/// Stores what a succeeded transcode produced: probe results, renditions, poster.
+pub async fn set_video_outputs(
+    conn: &mut Conn,
+    id: &VideoId,
+    source: &SourceMetadata,
+    renditions: &[Rendition],
+    poster: Option<&Poster>,
+) -> QueryResult<()> {
+    diesel::update(videos::table.filter(videos::id.eq(id)))
+        .set((videos::source.eq(json(source)), videos::renditions.eq(json(renditions)), videos::poster.eq(poster.map(json))))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// Stores what the probe read of a source whose transcode failed.
+pub async fn set_video_source(conn: &mut Conn, id: &VideoId, source: &SourceMetadata) -> QueryResult<()> {
+    diesel::update(videos::table.filter(videos::id.eq(id))).set(videos::source.eq(json(source))).execute(conn).await.map(|_| ())
+}
+
+/// A wire type as stored JSON (these never fail to serialise).
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).expect("stored JSON serialises")
+}
