@@ -6,16 +6,17 @@
 //!
 //! - [`ids`]: typed, prefixed identifiers (`op_…`, `vid_…`, `upl_…`, `evt_…`, `ep_…`).
 //! - [`problem`]: RFC 9457 problem details with a stable `code`.
-//! - [`operation`], [`video`], [`upload`], [`endpoint`], [`event`]: the public API resources.
+//! - [`operation`], [`video`], [`upload`], [`endpoint`], [`delivery`], [`event`]: the public API resources.
 //! - [`messages`]: what travels over RabbitMQ between the services.
 //! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
 //! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
-//!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`), one spelling for the wire and
+//!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`, `DeliveryStatus`), one spelling for the wire and
 //!   the database; an unknown stored value is an error, never a default.
 
 #[macro_use]
 pub mod state;
 
+pub mod delivery;
 pub mod endpoint;
 pub mod event;
 pub mod ids;

@@ -157,7 +157,8 @@ async fn endpoint_ports_outside_allowed_ports_are_refused() {
     assert_eq!(status, 201, "{ok}");
     let (status, refused) = create(&api, json!({ "url": "https://93.184.216.34:8443/hooks", "event_types": ["video.ready"] })).await;
     assert_eq!((status, refused["code"].as_str()), (422, Some("port_not_allowed")), "{refused}");
-    assert!(refused["detail"].as_str().unwrap().contains("port 8443 is not allowed"), "{refused}");
+    // The refused port is named (not the wording around it).
+    assert!(refused["detail"].as_str().unwrap().contains("8443"), "{refused}");
     let id = ok["id"].as_str().unwrap();
     let (status, refused) = patch(&api, id, json!({ "url": "http://93.184.216.34:8080/" })).await;
     assert_eq!((status, refused["code"].as_str()), (422, Some("port_not_allowed")), "{refused}");

@@ -54,9 +54,9 @@ use vid_core::messages::EventPublished;
 use vid_core::{EndpointId, EventId, OperationId, TenantId, VideoId};
 use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
 use vid_db::seal::SealingKey;
+use vid_deliveries::{self as store, AttemptRecord};
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
 use vid_infra::ExposeSecret;
-use vid_webhook_dispatcher::store::{self, AttemptRecord};
 use vid_webhook_dispatcher::{fanin, Dispatcher, Settings};
 use vid_webhooks::Secret;
 

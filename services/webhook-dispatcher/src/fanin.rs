@@ -27,7 +27,7 @@ use vid_infra::amqp::Topology;
 use vid_infra::metrics::counter;
 use vid_infra::settings::AmqpSettings;
 
-use crate::store;
+use vid_deliveries as store;
 
 /// Shared with the health server: true while the consumer is attached.
 pub type BrokerUp = Arc<AtomicBool>;

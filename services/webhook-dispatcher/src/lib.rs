@@ -19,7 +19,11 @@
 //! - [`scheduler`]: claims due deliveries (leases, per-endpoint concurrency bound) and runs attempts.
 //! - [`attempt`]: the HTTP request (hyper 1, rustls), SSRF re-check, error classes.
 //! - [`retry`]: schedule, jitter, `Retry-After` (pure).
-//! - [`store`]: every SQL statement and the delivery state machine.
+//! - [`app`]: [`Dispatcher`]: settings checked, tasks started, shutdown in order.
+//! - `vid_deliveries` (shared crate): every SQL statement of a delivery
+//!   transition and the delivery state machine; the api's `:retry` and
+//!   `:enable` use it too. The dispatcher speaks no SQL of its own except the
+//!   LISTEN in [`listen`].
 //! - [`listen`]: LISTEN for deliveries that became due elsewhere (wakes the scheduler).
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //!
@@ -41,7 +45,8 @@
 //! `disabled_at`, `consecutive_failures`, `failing_since`,
 //! `last_success_at`, `throttled_until`). It reads the api's configuration
 //! columns (URL, filter, format, sealed secrets). It writes `events` in one
-//! place only: the `webhook_endpoint.disabled` event ([`store::disable`]).
+//! place only: the `webhook_endpoint.disabled` event (`vid_deliveries::disable`).
+//! Column by column: see `vid_deliveries`.
 //!
 //! # Signing
 //!
@@ -124,6 +129,7 @@
 //! statement per batch of successes. See `scripts/bench-dispatch.sh` and
 //! the README for measured figures.
 
+pub mod app;
 pub mod attempt;
 pub mod fanin;
 pub mod health;
@@ -131,141 +137,7 @@ pub mod listen;
 pub mod retry;
 pub mod scheduler;
 pub mod settings;
-pub mod store;
 
-use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
-
-use anyhow::Context as _;
-use tokio::sync::{watch, Notify};
-use vid_db::seal::SealingKey;
-use vid_infra::ExposeSecret;
-use vid_netguard::{Resolve, UrlPolicy};
-
+pub use crate::app::{run, Dispatcher};
 pub use crate::attempt::ConnectObserver;
 pub use crate::settings::Settings;
-
-/// A built, not yet running dispatcher: settings checked, health port bound.
-pub struct Dispatcher {
-    settings: Settings,
-    resolver: Arc<dyn Resolve>,
-    observer: Option<ConnectObserver>,
-    health: std::net::TcpListener,
-    health_addr: SocketAddr,
-}
-
-impl Dispatcher {
-    /// Checks the settings and binds `dispatcher.health_listen` (port 0 picks
-    /// a free one). Nothing else is contacted yet.
-    ///
-    /// `resolver` resolves endpoint host names at every attempt
-    /// ([`vid_netguard::SystemResolver`] in production; tests inject one).
-    ///
-    /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
-    /// an empty retry schedule, an unbindable address.
-    pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
-        SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
-            .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
-        anyhow::ensure!(!settings.dispatcher.retry_schedule_seconds.is_empty(), "dispatcher.retry_schedule_seconds is empty");
-        settings.amqp.check()?;
-        settings.database.url.expose_secret().parse::<url::Url>().map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
-        let health = std::net::TcpListener::bind(&settings.dispatcher.health_listen)
-            .with_context(|| format!("binding {}", settings.dispatcher.health_listen))?;
-        health.set_nonblocking(true)?;
-        let health_addr = health.local_addr()?;
-        Ok(Self { settings, resolver, observer: None, health, health_addr })
-    }
-
-    /// Calls `observer` with every address the dispatcher is about to connect
-    /// to (tests prove with it that refused addresses are never contacted).
-    pub fn with_connect_observer(mut self, observer: ConnectObserver) -> Self {
-        self.observer = Some(observer);
-        self
-    }
-
-    /// The bound health address.
-    pub fn health_addr(&self) -> SocketAddr {
-        self.health_addr
-    }
-
-    /// Runs fan-in, scheduler and health server until `shutdown` completes,
-    /// then drains (see the crate docs) and returns `Ok(())`.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-        let Dispatcher { settings, resolver, observer, health, .. } = self;
-        let sealing_key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())?;
-        let policy = UrlPolicy::strict()
-            .with_require_https(settings.webhooks.require_https)
-            .with_allow_cidrs(settings.webhooks.allow_cidrs.clone())
-            .with_allowed_ports(settings.webhooks.allowed_ports.clone());
-        let d = &settings.dispatcher;
-        vid_infra::metrics::install();
-        let sender = attempt::Sender::new(
-            policy,
-            resolver,
-            d.connect_timeout(),
-            d.request_timeout(),
-            d.max_response_body_bytes,
-            d.pool_max_idle_per_host,
-            observer,
-        )?;
-        let db = vid_db::pool(&settings.database)?;
-        let wake = Arc::new(Notify::new());
-        let broker_up = Arc::new(AtomicBool::new(false));
-        let (stop_tx, stop_rx) = watch::channel(false);
-
-        let ctx =
-            Arc::new(scheduler::Context { db: db.clone(), sender, sealing_key, settings: settings.dispatcher.clone(), wake: wake.clone() });
-        let fanin = tokio::spawn(fanin::run(
-            db.clone(),
-            settings.amqp.clone(),
-            settings.dispatcher.prefetch,
-            wake.clone(),
-            broker_up.clone(),
-            stop_rx.clone(),
-        ));
-        let scheduler = tokio::spawn(scheduler::run(ctx, stop_rx.clone()));
-        let listener = tokio::spawn(listen::run(settings.database.url.expose_secret().to_owned(), wake.clone(), stop_rx.clone()));
-        let backlog = tokio::spawn(retry_backlog_gauge(
-            db.clone(),
-            std::time::Duration::from_millis(settings.dispatcher.retry_backlog_interval_ms.max(100)),
-            stop_rx.clone(),
-        ));
-        let health = tokio::spawn(health::serve(tokio::net::TcpListener::from_std(health)?, db, broker_up, stop_rx));
-
-        shutdown.await;
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-        let _ = fanin.await;
-        let _ = scheduler.await;
-        let _ = health.await;
-        let _ = backlog.await;
-        let _ = listener.await;
-        tracing::info!("stopped");
-        Ok(())
-    }
-}
-
-/// Sets the `webhook_retry_backlog` gauge (deliveries `pending` with a next
-/// attempt in the future; [`store::retry_backlog`]) now and every `every`,
-/// until `shutdown` turns true. A failed count leaves the last value.
-async fn retry_backlog_gauge(db: vid_db::Pool, every: std::time::Duration, mut shutdown: watch::Receiver<bool>) {
-    loop {
-        if let Ok(mut conn) = db.get().await {
-            match store::retry_backlog(&mut conn).await {
-                Ok(n) => vid_infra::metrics::gauge!("webhook_retry_backlog").set(n as f64),
-                Err(e) => tracing::debug!(error = %e, "counting the retry backlog failed"),
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = shutdown.changed() => return,
-        }
-    }
-}
-
-/// [`Dispatcher::build`] then [`Dispatcher::run`].
-pub async fn run(settings: Settings, resolver: Arc<dyn Resolve>, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    Dispatcher::build(settings, resolver)?.run(shutdown).await
-}

@@ -43,7 +43,7 @@ use vid_webhooks::{Scheme, Secret};
 use crate::attempt::{Outcome, Request, Sender};
 use crate::retry;
 use crate::settings::DispatcherSettings;
-use crate::store::{self, AttemptRecord, Claimed, EndpointForSend, HealthRules};
+use vid_deliveries::{self as store, AttemptRecord, Claimed, DeliveryStatus, EndpointForSend, EndpointStatus, HealthRules};
 
 /// Everything an attempt needs.
 pub struct Context {
@@ -89,73 +89,39 @@ enum Target {
     /// Send to it.
     Send(Arc<Ready>),
     /// Settle without an attempt (`paused`: disabled meanwhile; `failed`: deleted or gone).
-    Settle(&'static str),
+    Settle(DeliveryStatus),
     /// Its secrets could not be opened: postpone.
     Broken(String),
 }
 
+/// The scheduler loop's state: in-process slots, leases held, attempts in flight.
+struct Loop {
+    ctx: Arc<Context>,
+    slots: Arc<Semaphore>,
+    leases: Leases,
+    done_tx: mpsc::UnboundedSender<Done>,
+    tasks: JoinSet<()>,
+}
+
 /// Runs until `shutdown` turns true, then drains as described in the module docs.
 pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let s = &ctx.settings;
-    let slots = Arc::new(Semaphore::new(s.max_in_flight.max(1) as usize));
+    let s = ctx.settings.clone();
     let leases: Leases = Arc::default();
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Done>();
     let recorder = tokio::spawn(recorder(ctx.clone(), done_rx, leases.clone()));
-    let mut tasks = JoinSet::new();
+    let slots = Arc::new(Semaphore::new(s.max_in_flight.max(1) as usize));
+    let mut l = Loop { ctx: ctx.clone(), slots, leases, done_tx, tasks: JoinSet::new() };
     let lease_ms = i64::try_from(s.lease().as_millis()).unwrap_or(i64::MAX);
     let mut last_sweep: Option<tokio::time::Instant> = None;
-    loop {
-        if *shutdown.borrow() {
-            break;
-        }
-        while tasks.try_join_next().is_some() {}
+    while !*shutdown.borrow() {
+        while l.tasks.try_join_next().is_some() {}
         if last_sweep.is_none_or(|t| t.elapsed() >= EXPIRED_LEASE_SWEEP) {
             last_sweep = Some(tokio::time::Instant::now());
             release_expired(&ctx).await;
         }
-        let free = slots.available_permits().min(s.batch_size.max(1) as usize);
-        let mut claimed_all = false;
-        if free > 0 {
-            match claim_batch(&ctx, free, lease_ms).await {
-                Ok(batch) => {
-                    claimed_all = batch.len() == free;
-                    {
-                        let mut l = leases.lock().unwrap();
-                        for (c, _) in &batch {
-                            l.insert(c.id.clone(), c.locked_until);
-                        }
-                    }
-                    for (c, target) in batch {
-                        match target {
-                            Target::Send(ready) => {
-                                let permit = slots.clone().try_acquire_owned().expect("claimed no more than the free slots");
-                                let ctx = ctx.clone();
-                                let done_tx = done_tx.clone();
-                                tasks.spawn(async move {
-                                    let record = attempt(&ctx, &c, &ready).await;
-                                    // The recorder outlives every attempt task (see the drain below).
-                                    let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
-                                });
-                            }
-                            Target::Settle(status) => {
-                                settle(&ctx, &c, status).await;
-                                leases.lock().unwrap().remove(&c.id);
-                            }
-                            Target::Broken(e) => {
-                                tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
-                                if let Ok(mut conn) = ctx.db.get().await {
-                                    let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
-                                }
-                                leases.lock().unwrap().remove(&c.id);
-                            }
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed"),
-            }
-        }
-        if claimed_all {
-            continue; // more may be due
+        let free = l.slots.available_permits().min(s.batch_size.max(1) as usize);
+        if free > 0 && l.claim_and_start(free, lease_ms).await {
+            continue; // claimed all it could: more may be due
         }
         tokio::select! {
             _ = ctx.wake.notified() => {}
@@ -163,27 +129,88 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
             _ = shutdown.changed() => {}
         }
     }
+    l.drain(recorder).await;
+}
 
-    let grace = Duration::from_secs(s.shutdown_grace_seconds);
-    tracing::info!(in_flight = tasks.len(), grace_s = grace.as_secs(), "scheduler stopping; draining in-flight attempts");
-    let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-    if drained.is_err() {
-        tracing::warn!(aborted = tasks.len(), "grace period over; aborting the attempts still in flight");
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
+impl Loop {
+    /// Claims up to `free` deliveries and starts their attempts (or settles
+    /// or postpones them). Returns whether it claimed all `free`.
+    async fn claim_and_start(&mut self, free: usize, lease_ms: i64) -> bool {
+        let batch = match claim_batch(&self.ctx, free, lease_ms).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed");
+                return false;
+            }
+        };
+        let claimed_all = batch.len() == free;
+        {
+            let mut l = self.leases.lock().unwrap();
+            for (c, _) in &batch {
+                l.insert(c.id.clone(), c.locked_until);
+            }
+        }
+        for (c, target) in batch {
+            match target {
+                Target::Send(ready) => self.start(c, ready),
+                Target::Settle(status) => {
+                    settle(&self.ctx, &c, status).await;
+                    self.leases.lock().unwrap().remove(&c.id);
+                }
+                Target::Broken(e) => {
+                    tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
+                    if let Ok(mut conn) = self.ctx.db.get().await {
+                        let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
+                    }
+                    self.leases.lock().unwrap().remove(&c.id);
+                }
+            }
+        }
+        claimed_all
     }
-    // Every attempt task is gone: once this last sender is dropped the
-    // recorder writes what is queued and ends.
-    drop(done_tx);
-    let _ = recorder.await;
-    let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().drain().collect();
-    if !left.is_empty() {
-        match ctx.db.get().await {
-            Ok(mut conn) => match store::release(&mut conn, &left).await {
-                Ok(n) => tracing::info!(released = n, "released leases of unfinished attempts"),
-                Err(e) => tracing::warn!(error = %e, "releasing leases failed; they expire on their own"),
-            },
-            Err(e) => tracing::warn!(error = %e, "releasing leases failed; they expire on their own"),
+
+    /// Runs one attempt as its own task, holding one in-process slot until
+    /// its outcome is recorded.
+    fn start(&mut self, c: Claimed, ready: Arc<Ready>) {
+        let permit = self.slots.clone().try_acquire_owned().expect("claimed no more than the free slots");
+        let ctx = self.ctx.clone();
+        let done_tx = self.done_tx.clone();
+        self.tasks.spawn(async move {
+            let record = attempt(&ctx, &c, &ready).await;
+            // The recorder outlives every attempt task (see `drain`).
+            let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
+        });
+    }
+
+    /// Shutdown: gives in-flight attempts `shutdown_grace_seconds`, aborts
+    /// the rest, lets the recorder write what finished, then releases the
+    /// leases left in one statement.
+    async fn drain(self, recorder: tokio::task::JoinHandle<()>) {
+        let Loop { ctx, leases, done_tx, mut tasks, .. } = self;
+        let grace = Duration::from_secs(ctx.settings.shutdown_grace_seconds);
+        tracing::info!(in_flight = tasks.len(), grace_s = grace.as_secs(), "scheduler stopping; draining in-flight attempts");
+        let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            tracing::warn!(aborted = tasks.len(), "grace period over; aborting the attempts still in flight");
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        // Every attempt task is gone: once this last sender is dropped the
+        // recorder writes what is queued and ends.
+        drop(done_tx);
+        let _ = recorder.await;
+        let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().drain().collect();
+        if left.is_empty() {
+            return;
+        }
+        let released = async {
+            let mut conn = ctx.db.get().await?;
+            anyhow::Ok(store::release(&mut conn, &left).await?)
+        }
+        .await;
+        match released {
+            Ok(n) => tracing::info!(released = n, "released leases of unfinished attempts"),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "releasing leases failed; they expire on their own"),
         }
     }
 }
@@ -231,9 +258,9 @@ async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Resu
     let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
     for e in endpoints {
         let target = if e.deleted_at.is_some() {
-            Target::Settle("failed")
-        } else if e.status != "enabled" {
-            Target::Settle("paused")
+            Target::Settle(DeliveryStatus::Failed)
+        } else if e.status != EndpointStatus::Enabled {
+            Target::Settle(DeliveryStatus::Paused)
         } else {
             match ready(&ctx.sealing_key, &e) {
                 Ok(r) => Target::Send(Arc::new(r)),
@@ -247,9 +274,9 @@ async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Resu
         .map(|c| {
             let target = match targets.get(&c.endpoint_id).map(|t| &**t) {
                 Some(Target::Send(r)) => Target::Send(r.clone()),
-                Some(Target::Settle(s)) => Target::Settle(s),
+                Some(Target::Settle(s)) => Target::Settle(*s),
                 Some(Target::Broken(e)) => Target::Broken(e.clone()),
-                None => Target::Settle("failed"),
+                None => Target::Settle(DeliveryStatus::Failed),
             };
             (c, target)
         })
@@ -272,7 +299,9 @@ fn ready(key: &SealingKey, e: &EndpointForSend) -> anyhow::Result<Ready> {
     Ok(Ready { url: e.url.clone(), scheme, secrets })
 }
 
-async fn settle(ctx: &Context, c: &Claimed, status: &str) {
+/// Ends a claim without an attempt ([`store::settle_without_attempt`]); a
+/// failure is logged and the lease left to expire.
+async fn settle(ctx: &Context, c: &Claimed, status: DeliveryStatus) {
     match ctx.db.get().await {
         Ok(mut conn) => {
             if let Err(e) = store::settle_without_attempt(&mut conn, c, status).await {

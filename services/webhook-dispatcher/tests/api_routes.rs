@@ -47,15 +47,16 @@ async fn disabled_endpoint_keeps_its_backlog_until_enabled() {
     for _ in 0..3 {
         backlog.push(w.publish().await.0);
     }
-    eventually(WAIT, "four paused deliveries", || async {
+    // Paused and unleased (at rest): none is attempted or in flight, so what
+    // the receiver logged is final (no fixed sleep needed).
+    eventually(WAIT, "four paused deliveries at rest", || async {
         let d = w.deliveries(&endpoint).await;
-        (d.len() == 4 && d.iter().all(|d| d.status == "paused")).then_some(())
+        (d.len() == 4 && d.iter().all(|d| d.status == "paused" && d.at_rest())).then_some(())
     })
     .await;
     let (status, list) = api.call("GET", &format!("/webhook-endpoints/{endpoint}/deliveries?status=paused"), None).await;
     assert_eq!(status, 200);
     assert_eq!(list["data"].as_array().unwrap().len(), 4);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rx.received().len(), 1, "only the 410 attempt was sent");
 
     // Retry is refused while disabled.
@@ -177,16 +178,20 @@ async fn delivery_log_and_manual_retry() {
     let (status, body) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{dlv}:retry"), None).await;
     assert_eq!(status, 202, "{body}");
     eventually(WAIT, "third attempt", || async { (rx.received().len() == 3).then_some(()) }).await;
-    eventually(WAIT, "recorded", || async {
-        w.deliveries(&endpoint).await.iter().any(|d| d.attempt_count == 3 && d.status == "succeeded").then_some(())
+    // Recorded and at rest (succeeded, unleased): nothing more is sent, so
+    // the receiver's log is final (no fixed sleep needed).
+    let done = eventually(WAIT, "recorded", || async {
+        w.deliveries(&endpoint).await.into_iter().find(|d| d.attempt_count == 3 && d.status == "succeeded" && d.at_rest())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(done.next_attempt_at, None, "no attempt scheduled after the manual one");
     assert_eq!(rx.received().len(), 3, "sent once, not again");
     assert_eq!(rx.received()[2].id(), event_id.as_str());
     d.stop().await;
 }
 
+/// The manual attempt of a `failed` delivery is its last: it ends `failed`
+/// even where the retry schedule would have had another step for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manual_retry_of_a_failed_delivery_is_a_single_attempt() {
     let mut w = World::new(&[]).await;
@@ -197,13 +202,23 @@ async fn manual_retry_of_a_failed_delivery_is_a_single_attempt() {
     w.publish().await;
     let dlv = eventually(WAIT, "failed", || async { w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed") }).await;
     assert_eq!(dlv.attempt_count, 4);
+    // A schedule with a step after attempt 5 ([1, 1, 2] → [1, 1, 2, 1, 1];
+    // step n follows attempt n): without the one-shot mark, failed attempt 5
+    // would be put back on it (pending, due ~1 s later) instead of ending `failed`.
+    d.stop().await;
+    let mut longer = w.settings.clone();
+    longer.dispatcher.retry_schedule_seconds.extend([1, 1]);
+    assert_eq!(longer.dispatcher.retry_schedule_seconds.len(), 5);
+    let d = w.start_with(longer, no_dns(), None);
     let (status, _) = api.call("POST", &format!("/webhook-endpoints/{endpoint}/deliveries/{}:retry", dlv.id), None).await;
     assert_eq!(status, 202);
-    eventually(WAIT, "failed again after one attempt", || async {
-        w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed" && d.attempt_count == 5)
+    // Failed and at rest (unleased): nothing more is sent, so the receiver's
+    // log is final (no fixed sleep needed).
+    let done = eventually(WAIT, "failed again after one attempt", || async {
+        w.deliveries(&endpoint).await.into_iter().find(|d| d.status == "failed" && d.attempt_count == 5 && d.at_rest())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(done.next_attempt_at, None, "no schedule after the manual attempt");
     assert_eq!(rx.received().len(), 5, "one extra attempt, no schedule after it");
     d.stop().await;
 }

@@ -261,11 +261,14 @@ async fn gone_disables_the_endpoint_and_tells_the_others() {
 
     // New events for the disabled endpoint are stored paused and not sent.
     let (later, _) = w.publish().await;
-    eventually(WAIT, "paused delivery of a later event", || async {
-        w.deliveries(&gone_ep).await.iter().any(|d| d.event_id == later.as_str() && d.status == "paused").then_some(())
+    // Every delivery of the gone endpoint paused and at rest (unleased):
+    // none is attempted or in flight, so its receiver's log is final (no
+    // fixed sleep needed).
+    eventually(WAIT, "paused delivery of a later event, all at rest", || async {
+        let d = w.deliveries(&gone_ep).await;
+        (d.iter().any(|d| d.event_id == later.as_str() && d.status == "paused") && d.iter().all(|d| d.at_rest())).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(gone.received().len(), 1);
     assert!(w.deliveries(&other_ep).await.iter().all(|d| d.event_type != "webhook_endpoint.disabled" || d.status == "succeeded"));
     d.stop().await;
@@ -512,11 +515,19 @@ async fn redelivered_messages_create_no_duplicates() {
     assert_eq!(w.fan_in(&payload).await, 1);
     assert_eq!(w.fan_in(&payload).await, 0);
     let d = w.start(no_dns());
-    eventually(WAIT, "succeeded", || async {
-        w.deliveries(&endpoint).await.as_slice().first().is_some_and(|d| d.status == "succeeded").then_some(())
+    // The dispatcher also consumes the published message: once it has acked
+    // it, that third fan-in is committed (acks follow the commit), and the
+    // one delivery is succeeded and at rest, so nothing more is inserted or
+    // sent (no fixed sleep needed).
+    let queue = format!("{}.webhook.events", w.prefix);
+    eventually(WAIT, "the published message fanned in and acked", || async {
+        d.metric("amqp_messages_consumed_total", &[("queue", &queue), ("outcome", "ack")]).await.filter(|n| *n >= 1.0)
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    eventually(WAIT, "succeeded", || async {
+        w.deliveries(&endpoint).await.as_slice().first().is_some_and(|d| d.status == "succeeded" && d.at_rest()).then_some(())
+    })
+    .await;
     assert_eq!(w.deliveries(&endpoint).await.len(), 1);
     assert_eq!(rx.counts().get(event_id.as_str()), Some(&1));
     let mut conn = w.conn().await;
@@ -577,7 +588,7 @@ async fn failing_without_success_for_the_window_disables_the_endpoint() {
 /// new token, and the old holder can no longer record an outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_leases_are_put_back_and_the_old_token_is_void() {
-    use vid_webhook_dispatcher::store;
+    use vid_deliveries as store;
     let w = World::new(&[]).await;
     let (_endpoint, _) = w.endpoint("http://127.0.0.1:9/never-called").await;
     let (_event_id, payload) = w.publish().await;

@@ -17,19 +17,6 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
     (status, content_type, body)
 }
 
-/// The value of the sample `name{labels…}` whose labels include every one of
-/// `labels` (`key="value"` pairs, any order); `None` if absent.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
-        let (series, value) = line.rsplit_once(' ')?;
-        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-        if metric != name {
-            return None;
-        }
-        labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counters_move_with_deliveries() {
     let w = World::new(&[("dispatcher.retry_backlog_interval_ms", "200")]).await;

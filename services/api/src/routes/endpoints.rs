@@ -4,19 +4,17 @@
 //! (`vid-netguard`) here and again at every delivery in the dispatcher.
 
 use actix_web::{web, HttpResponse};
-use chrono::{DateTime, Utc};
-use diesel::prelude::*;
-use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint, EndpointStatus, SignatureFormat};
+use chrono::Utc;
+use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, Endpoint, SignatureFormat};
 use vid_core::event::EventType;
 use vid_core::EndpointId;
-use vid_db::schema::webhook_endpoints as ep;
-use vid_db::RunQueryDsl;
 use vid_webhooks::Secret;
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::parse_id;
 use crate::state::AppState;
+use crate::store::endpoints::{self as store, health_of, EndpointChangeset, EndpointRow, NewEndpoint};
 
 /// Routes of this module.
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -26,43 +24,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
             .route(web::patch().to(update_endpoint))
             .route(web::delete().to(delete_endpoint)),
     );
-}
-
-/// A row of `webhook_endpoints` without its sealed secrets.
-#[derive(Debug, Clone, Queryable, Selectable)]
-#[diesel(table_name = ep)]
-pub struct EndpointRow {
-    pub id: EndpointId,
-    pub url: String,
-    pub description: Option<String>,
-    pub event_types: Option<Vec<String>>,
-    pub signature_format: String,
-    pub status: String,
-    pub disabled_reason: Option<String>,
-    pub disabled_at: Option<DateTime<Utc>>,
-    pub throttled_until: Option<DateTime<Utc>>,
-    pub concurrency_limit: Option<i32>,
-    pub created_at: DateTime<Utc>,
-}
-
-impl EndpointRow {
-    /// The public resource.
-    pub fn into_endpoint(self) -> Endpoint {
-        Endpoint {
-            id: self.id,
-            url: self.url,
-            description: self.description,
-            event_types: self.event_types.map(|ts| ts.iter().filter_map(|t| EventType::parse(t)).collect()),
-            signature_format: SignatureFormat::parse(&self.signature_format).unwrap_or_default(),
-            status: if self.status == "enabled" { EndpointStatus::Enabled } else { EndpointStatus::Disabled },
-            disabled_reason: self.disabled_reason,
-            disabled_at: self.disabled_at,
-            // A past throttle is over: show it only while it holds.
-            throttled_until: self.throttled_until.filter(|t| *t > Utc::now()),
-            concurrency_limit: self.concurrency_limit,
-            created_at: self.created_at,
-        }
-    }
 }
 
 /// Checks a customer URL against the SSRF policy (parse, resolve, check every address).
@@ -84,11 +45,11 @@ pub const MAX_DESCRIPTION_BYTES: usize = 1024;
 /// rather than left to PostgreSQL, which refuses U+0000 in `text` (a 500).
 fn check_description(d: &str) -> ApiResult<()> {
     if d.len() > MAX_DESCRIPTION_BYTES {
-        return Err(ApiError::unprocessable("invalid_description", format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
+        return Err(ApiError::new(codes::INVALID_DESCRIPTION, format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
     }
     if let Some(c) = d.chars().find(|c| crate::routes::unsafe_to_display(*c)) {
-        return Err(ApiError::unprocessable(
-            "invalid_description",
+        return Err(ApiError::new(
+            codes::INVALID_DESCRIPTION,
             format!("description may not contain control, format or line/paragraph separator characters (found U+{:04X})", u32::from(c)),
         ));
     }
@@ -99,8 +60,8 @@ fn check_description(d: &str) -> ApiResult<()> {
 /// silently: 422 `invalid_event_types`), each type once, in the order given.
 fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
     if types.is_empty() {
-        return Err(ApiError::unprocessable(
-            "invalid_event_types",
+        return Err(ApiError::new(
+            codes::INVALID_EVENT_TYPES,
             "event_types may not be empty; omit it (or, when updating, send null) to receive every type",
         ));
     }
@@ -132,12 +93,12 @@ fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
     responses(
         (status = 201, description = "Created; the signing `secret` is shown this once.", body = CreatedEndpoint, headers(("Location" = String, description = "`/webhook-endpoints/{id}`")),
             links(("GetEndpoint" = (operation_id = "get_endpoint", parameters(("id" = "$response.body#/id")))), ("UpdateEndpoint" = (operation_id = "update_endpoint", parameters(("id" = "$response.body#/id")))), ("DeleteEndpoint" = (operation_id = "delete_endpoint", parameters(("id" = "$response.body#/id")))), ("RotateSecret" = (operation_id = "rotate_secret", parameters(("id" = "$response.body#/id")))), ("EnableEndpoint" = (operation_id = "enable_endpoint", parameters(("id" = "$response.body#/id")))), ("ListDeliveries" = (operation_id = "list_deliveries", parameters(("id" = "$response.body#/id")))))),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 413, response = crate::openapi::PayloadTooLarge),
-        (status = 415, response = crate::openapi::UnsupportedMediaType),
-        (status = 422, response = crate::openapi::Unprocessable),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 413, response = crate::error::responses::PayloadTooLarge),
+        (status = 415, response = crate::error::responses::UnsupportedMediaType),
+        (status = 422, response = crate::error::responses::Unprocessable),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
@@ -152,35 +113,24 @@ async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::
     let sealed = state.sealing_key.seal(id.as_str(), secret.as_str().as_bytes()).map_err(|e| ApiError::Internal(e.into()))?;
     let format = req.signature_format.unwrap_or_default();
     let mut conn = state.db.get().await?;
-    let row: EndpointRow = diesel::insert_into(ep::table)
-        .values((
-            ep::id.eq(&id),
-            ep::tenant_id.eq(&tenant.id),
-            ep::url.eq(&url),
-            ep::description.eq(&req.description),
-            ep::event_types.eq(&event_types),
-            ep::signature_format.eq(format.as_str()),
-            ep::status.eq("enabled"),
-            ep::secret_sealed.eq(&sealed),
-        ))
-        .returning(EndpointRow::as_returning())
-        .get_result(&mut conn)
-        .await?;
+    let new = NewEndpoint {
+        id: &id,
+        tenant: &tenant.id,
+        url: &url,
+        description: req.description.as_deref(),
+        event_types: event_types.as_deref(),
+        signature_format: format,
+        secret_sealed: &sealed,
+    };
+    let row = store::insert(&mut conn, &new).await?;
     let created = CreatedEndpoint { endpoint: row.into_endpoint(), secret: secret.as_str().to_owned() };
     Ok(HttpResponse::Created().insert_header(("Location", format!("/webhook-endpoints/{id}"))).json(created))
 }
 
+/// The tenant's endpoint, unless deleted; else 404 `not_found`.
 async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<EndpointRow> {
     let mut conn = state.db.get().await?;
-    ep::table
-        .filter(ep::id.eq(id))
-        .filter(ep::tenant_id.eq(&tenant.id))
-        .filter(ep::deleted_at.is_null())
-        .select(EndpointRow::as_select())
-        .first(&mut conn)
-        .await
-        .optional()?
-        .ok_or(ApiError::NotFound("webhook endpoint"))
+    store::find(&mut conn, &tenant.id, id).await?.ok_or(ApiError::NotFound("webhook endpoint"))
 }
 
 /// `GET /webhook-endpoints/{id}`: the endpoint with its delivery `health`
@@ -193,9 +143,9 @@ async fn load(state: &AppState, tenant: &Tenant, id: &EndpointId) -> ApiResult<E
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 200, description = "The endpoint with its delivery health.", body = EndpointSummary),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
@@ -206,64 +156,13 @@ async fn get_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Pat
     Ok(HttpResponse::Ok().json(EndpointSummary { endpoint, health }))
 }
 
-/// How many of an endpoint's latest deliveries [`EndpointHealth`] looks at.
-pub const HEALTH_WINDOW: i64 = 100;
-
 pub use vid_core::endpoint::{EndpointHealth, EndpointSummary};
 
-#[derive(QueryableByName)]
-struct HealthRow {
-    #[diesel(sql_type = diesel::sql_types::Text)]
-    endpoint_id: String,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    recent: i64,
-    #[diesel(sql_type = diesel::sql_types::BigInt)]
-    succeeded: i64,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Timestamptz>)]
-    last_attempt_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Integer>)]
-    last_attempt_status: Option<i32>,
-    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
-    last_attempt_error_class: Option<String>,
-}
-
-/// The [`EndpointHealth`] of each endpoint in `ids` (one query; endpoints
-/// without deliveries get zero counts and `null`s).
-pub async fn health_of(conn: &mut vid_db::PooledConn, ids: &[String]) -> ApiResult<std::collections::HashMap<String, EndpointHealth>> {
-    let rows: Vec<HealthRow> = diesel::sql_query(
-        "SELECT e.id AS endpoint_id, r.recent, r.succeeded, la.started_at AS last_attempt_at, \
-                la.response_status AS last_attempt_status, la.error_class AS last_attempt_error_class \
-         FROM unnest($1::text[]) AS e(id) \
-         CROSS JOIN LATERAL ( \
-             SELECT count(*) FILTER (WHERE d.attempt_count > 0) AS recent, \
-                    count(*) FILTER (WHERE d.attempt_count > 0 AND d.status = 'succeeded') AS succeeded, \
-                    (array_agg(d.id ORDER BY d.last_attempt_at DESC) FILTER (WHERE d.last_attempt_at IS NOT NULL))[1] AS last_delivery \
-             FROM (SELECT id, status, attempt_count, last_attempt_at FROM webhook_deliveries \
-                   WHERE endpoint_id = e.id ORDER BY id DESC LIMIT $2) d \
-         ) r \
-         LEFT JOIN LATERAL ( \
-             SELECT a.started_at, a.response_status, a.error_class FROM webhook_attempts a \
-             WHERE a.delivery_id = r.last_delivery ORDER BY a.attempt_number DESC LIMIT 1 \
-         ) la ON true",
-    )
-    .bind::<diesel::sql_types::Array<diesel::sql_types::Text>, _>(ids)
-    .bind::<diesel::sql_types::BigInt, _>(HEALTH_WINDOW)
-    .load(conn)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let health = EndpointHealth {
-                recent_deliveries: r.recent,
-                recent_succeeded: r.succeeded,
-                success_rate: (r.recent > 0).then(|| r.succeeded as f64 / r.recent as f64),
-                last_attempt_at: r.last_attempt_at,
-                last_attempt_status: r.last_attempt_status,
-                last_attempt_error_class: r.last_attempt_error_class,
-            };
-            (r.endpoint_id, health)
-        })
-        .collect())
+/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.
+#[derive(utoipa::ToSchema)]
+pub struct EndpointList {
+    /// Newest first.
+    pub data: Vec<EndpointSummary>,
 }
 
 /// `GET /webhook-endpoints`: every endpoint of the tenant, newest first, each
@@ -275,20 +174,14 @@ pub async fn health_of(conn: &mut vid_db::PooledConn, ids: &[String]) -> ApiResu
     tag = "webhook-endpoints",
     security(("api_key" = [])),
     responses(
-        (status = 200, description = "Every endpoint of the tenant, newest first, with its delivery health.", body = crate::openapi::EndpointList),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 200, description = "Every endpoint of the tenant, newest first, with its delivery health.", body = EndpointList),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn list_endpoints(state: web::Data<AppState>, tenant: Tenant) -> ApiResult<HttpResponse> {
     let mut conn = state.db.get().await?;
-    let rows: Vec<EndpointRow> = ep::table
-        .filter(ep::tenant_id.eq(&tenant.id))
-        .filter(ep::deleted_at.is_null())
-        .order(ep::id.desc())
-        .select(EndpointRow::as_select())
-        .load(&mut conn)
-        .await?;
+    let rows = store::list(&mut conn, &tenant.id).await?;
     let ids: Vec<String> = rows.iter().map(|r| r.id.to_string()).collect();
     let mut health = health_of(&mut conn, &ids).await?;
     let data: Vec<EndpointSummary> = rows
@@ -336,24 +229,6 @@ pub struct UpdateEndpoint {
     pub signature_format: Option<SignatureFormat>,
 }
 
-/// The columns one PATCH writes, in one `UPDATE`; `None` leaves a column as it
-/// is, `Some(None)` sets it to `NULL`.
-#[derive(AsChangeset)]
-#[diesel(table_name = ep)]
-struct EndpointChangeset {
-    url: Option<String>,
-    description: Option<Option<String>>,
-    event_types: Option<Option<Vec<String>>>,
-    signature_format: Option<&'static str>,
-    updated_at: DateTime<Utc>,
-}
-
-impl EndpointChangeset {
-    fn changes_nothing(&self) -> bool {
-        self.url.is_none() && self.description.is_none() && self.event_types.is_none() && self.signature_format.is_none()
-    }
-}
-
 /// `PATCH /webhook-endpoints/{id}`: changes the fields present in the body.
 ///
 /// Every field is validated before anything is written, and the changes are
@@ -376,13 +251,13 @@ impl EndpointChangeset {
     request_body(content = UpdateEndpoint, description = "Fields to change. Absent: kept; `null`: clears `description` (none) or `event_types` (every type)."),
     responses(
         (status = 200, description = "The updated endpoint.", body = Endpoint),
-        (status = 400, response = crate::openapi::BadRequest),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 413, response = crate::openapi::PayloadTooLarge),
-        (status = 415, response = crate::openapi::UnsupportedMediaType),
-        (status = 422, response = crate::openapi::Unprocessable),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 400, response = crate::error::responses::BadRequest),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 413, response = crate::error::responses::PayloadTooLarge),
+        (status = 415, response = crate::error::responses::UnsupportedMediaType),
+        (status = 422, response = crate::error::responses::Unprocessable),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn update_endpoint(
@@ -419,14 +294,7 @@ async fn update_endpoint(
     }
     // Then write it all at once; the row may have been deleted since `load`.
     let mut conn = state.db.get().await?;
-    let row: EndpointRow =
-        diesel::update(ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id)).filter(ep::deleted_at.is_null()))
-            .set(&changes)
-            .returning(EndpointRow::as_returning())
-            .get_result(&mut conn)
-            .await
-            .optional()?
-            .ok_or(ApiError::NotFound("webhook endpoint"))?;
+    let row = store::update(&mut conn, &tenant.id, &id, &changes).await?.ok_or(ApiError::NotFound("webhook endpoint"))?;
     Ok(HttpResponse::Ok().json(row.into_endpoint()))
 }
 
@@ -439,19 +307,16 @@ async fn update_endpoint(
     params(("id" = EndpointId, Path, description = "The webhook endpoint.")),
     responses(
         (status = 204, description = "Deleted; pending deliveries to it are not attempted."),
-        (status = 401, response = crate::openapi::Unauthorized),
-        (status = 404, response = crate::openapi::NotFound),
-        (status = 503, response = crate::openapi::Unavailable),
+        (status = 401, response = crate::error::responses::Unauthorized),
+        (status = 404, response = crate::error::responses::NotFound),
+        (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
 async fn delete_endpoint(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;
     let mut conn = state.db.get().await?;
-    diesel::update(ep::table.filter(ep::id.eq(&id)).filter(ep::tenant_id.eq(&tenant.id)))
-        .set((ep::deleted_at.eq(Utc::now()), ep::status.eq("disabled"), ep::disabled_reason.eq("deleted")))
-        .execute(&mut conn)
-        .await?;
+    store::delete(&mut conn, &tenant.id, &id).await?;
     Ok(HttpResponse::NoContent().finish())
 }
 

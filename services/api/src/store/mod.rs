@@ -1,6 +1,6 @@
 //! The api's persistence layer: every row type and every SQL statement of
-//! the api (except the webhook endpoint and delivery tables, whose queries
-//! the delivery routes still hold until they move here).
+//! the api. The delivery state machine's transitions (`:retry`, `:enable`)
+//! are the shared crate `vid_deliveries`', called through [`deliveries`].
 //!
 //! Invariants:
 //! - only `store/` names `vid_db::schema` (checked by `tests/layers.rs`);
@@ -12,8 +12,12 @@
 //!
 //! One module per group of tables: [`uploads`], [`operations`] (with
 //! `videos`), [`events`], [`outbox`], [`idempotency`], [`tenants`] (with
-//! `api_keys`).
+//! `api_keys`), [`endpoints`] (`webhook_endpoints`: configuration, secrets,
+//! deletion, and the delivery health read), [`deliveries`] (the delivery log:
+//! `webhook_deliveries`, `webhook_attempts`; `:retry` and `:enable`).
 
+pub mod deliveries;
+pub mod endpoints;
 pub mod events;
 pub mod idempotency;
 pub mod operations;

@@ -198,6 +198,20 @@ pub struct DeliveryRow {
     pub locked_until: Option<DateTime<Utc>>,
 }
 
+impl DeliveryRow {
+    /// At rest: not `pending` and not leased. The dispatcher never attempts
+    /// such a delivery (a claim takes only unleased `pending` rows) and none
+    /// of its attempts is in flight (an attempt holds the lease until its
+    /// outcome is recorded, and the receiver logs a request before
+    /// answering it). So once every delivery of an endpoint is at rest,
+    /// what its receiver logged is final until something re-arms one
+    /// (`:retry`, `:enable`): the observable a test waits on instead of a
+    /// fixed sleep to show that nothing more is sent.
+    pub fn at_rest(&self) -> bool {
+        self.status != "pending" && self.locked_until.is_none()
+    }
+}
+
 /// A dispatcher running in this process.
 pub struct Running {
     stop: Option<oneshot::Sender<()>>,
@@ -211,6 +225,29 @@ impl Running {
         let _ = self.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(30), &mut self.task).await.expect("stops in time").unwrap().unwrap();
     }
+}
+
+impl Running {
+    /// The value of the sample `name{labels…}` on this dispatcher's
+    /// `GET /metrics` (see [`sample`]).
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let (_, _, text) = http_request(self.health, "GET", "/metrics").await;
+        sample(&text, name, labels)
+    }
+}
+
+/// The value of the sample `name{labels…}` whose labels include every one of
+/// `labels` (`key="value"` pairs, any order) in a Prometheus text exposition;
+/// `None` if absent.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|line| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
+        if metric != name {
+            return None;
+        }
+        labels.iter().all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))).then(|| value.parse().ok())?
+    })
 }
 
 /// A request as the receiver saw it.

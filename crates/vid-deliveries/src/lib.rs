@@ -1,0 +1,69 @@
+//! The webhook delivery state machine, in one place: every transition of
+//! `webhook_deliveries`, every write of `webhook_attempts`, and every write of
+//! the endpoint health columns of `webhook_endpoints`, each with its SQL.
+//! The webhook-dispatcher makes every transition but two, which the api makes
+//! on a customer's request (`:retry`, `:enable`); both call this crate, so
+//! each transition has exactly one implementation.
+//!
+//! # Delivery states ([`DeliveryStatus`], `webhook_deliveries.status`)
+//!
+//! ```text
+//!            fan-in (endpoint enabled)          2xx
+//!   event ───────────────────────────▶ pending ─────▶ succeeded
+//!     │                                 │  ▲   │            │
+//!     │ fan-in (endpoint disabled)      │  │   │ retries    │ api :retry
+//!     ▼                                 │  │   ▼ exhausted  ▼ (one more attempt)
+//!   paused ◀────── endpoint disabled ───┘  │  failed ─────▶ pending
+//!     └──────────── api `:enable` ─────────┘
+//! ```
+//!
+//! | transition | function | caller |
+//! |---|---|---|
+//! | fan-in insert (`pending` due now, or `paused`) | [`fanin::insert_deliveries_batch`], [`fanin::insert_deliveries`] | dispatcher fan-in; [`health::disable`] |
+//! | claim: lease a due `pending` delivery | [`lease::claim`] | dispatcher scheduler |
+//! | lease given back / expired / postponed | [`lease::release`], [`lease::release_expired`], [`lease::postpone`] | dispatcher scheduler |
+//! | attempt outcome: `succeeded`, retry scheduled (`pending`), given up (`failed`), `paused` | [`outcome::record`], [`outcome::record_successes`] | dispatcher recorder |
+//! | settled without an attempt (endpoint disabled → `paused`, deleted → `failed`) | [`outcome::settle_without_attempt`] | dispatcher scheduler |
+//! | endpoint disabled: its `pending` deliveries → `paused` | [`health::disable`] | [`outcome::record`] |
+//! | manual retry: → `pending`, due now, one attempt only | [`manual::retry`] | api `:retry` |
+//! | endpoint re-enabled: `paused` → `pending`, due now | [`manual::enable`] | api `:enable` |
+//!
+//! A claimed delivery has `locked_until` set (a lease); the lease value is
+//! also the claim token: only the claimer records the outcome, and a lease
+//! that expired and was claimed again makes the old holder's writes void.
+//!
+//! # Who writes which column
+//!
+//! - `webhook_deliveries`: every column, only through this crate. The
+//!   dispatcher writes all of them; the api writes `status`,
+//!   `next_attempt_at`, `manual_retry`, `locked_until` and `updated_at`
+//!   through [`manual::retry`] and [`manual::enable`].
+//! - `webhook_attempts`: inserted by [`outcome`] only (the dispatcher); the api reads it.
+//! - `webhook_endpoints` health columns (`status`, `disabled_reason`,
+//!   `disabled_at`, `consecutive_failures`, `failing_since`,
+//!   `last_success_at`, `throttled_until`, `concurrency_limit`): the
+//!   dispatcher through [`outcome`] and [`health::disable`]; the api through
+//!   [`manual::enable`] (it clears them). The api's configuration routes
+//!   write the other columns, and `status = disabled` with
+//!   `disabled_reason = deleted` on `DELETE` (with `deleted_at`).
+//! - `events`: this crate writes one kind only, `webhook_endpoint.disabled`
+//!   ([`health::disable`]), born in the same transaction as the disabling.
+//!
+//! The statements of the hot path (fan-in, claim, record) are kept as they
+//! were when this crate was cut out of the dispatcher; issue 22 tunes them.
+
+pub mod fanin;
+pub mod health;
+pub mod lease;
+pub mod manual;
+pub mod outcome;
+pub mod read;
+
+pub use vid_core::delivery::DeliveryStatus;
+pub use vid_core::endpoint::EndpointStatus;
+
+pub use crate::fanin::{insert_deliveries, insert_deliveries_batch, NewEvent};
+pub use crate::health::disable;
+pub use crate::lease::{claim, postpone, release, release_expired, Claimed};
+pub use crate::outcome::{record, record_successes, settle_without_attempt, AttemptRecord, HealthRules, Recorded};
+pub use crate::read::{load_endpoint, load_endpoints, retry_backlog, DeliveryRecord, EndpointForSend};

@@ -1,0 +1,329 @@
+//! Recording an attempt's outcome: the attempt row, the delivery's next
+//! state ([`decide`]), and the endpoint's health ([`crate::health`]).
+//!
+//! Invariant: only the holder of the lease writes the delivery (every update
+//! filters on `locked_until = token`); the attempt row is written even when
+//! the lease was lost, since the request did go out.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
+use diesel_async::AsyncPgConnection;
+use vid_db::schema::webhook_deliveries as dl;
+use vid_db::RunQueryDsl;
+
+use crate::health::{self, Disabled};
+use crate::lease::Claimed;
+use crate::DeliveryStatus;
+
+/// How an attempt went, as recorded.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    /// When the attempt started.
+    pub started_at: DateTime<Utc>,
+    /// How long it took, in ms.
+    pub duration_ms: i32,
+    /// HTTP status, if answered.
+    pub response_status: Option<u16>,
+    /// Error class, unless it succeeded.
+    pub error_class: Option<&'static str>,
+    /// Details (transport error, `Location` of a redirect).
+    pub error_detail: Option<String>,
+    /// First bytes of the body.
+    pub response_body: Option<String>,
+    /// 2xx.
+    pub success: bool,
+    /// The delay before the next attempt (the dispatcher's retry schedule);
+    /// `None` when no retry is left.
+    pub retry_in: Option<std::time::Duration>,
+}
+
+impl AttemptRecord {
+    /// `410 Gone`: the endpoint asks to be disabled.
+    pub fn gone(&self) -> bool {
+        self.response_status == Some(410)
+    }
+
+    /// `429`/`503`: the endpoint asks to be slowed down.
+    pub fn throttles(&self) -> bool {
+        matches!(self.response_status, Some(429 | 503))
+    }
+}
+
+/// Rules for an endpoint's health: when to disable it, and the concurrency
+/// it returns to after a 429/503 slow-down.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthRules {
+    /// Deliveries in a row that ended `failed`.
+    pub failed_deliveries: i32,
+    /// Seconds of failures without a success.
+    pub failing_seconds: i64,
+    /// The configured per-endpoint concurrency (`per_endpoint_concurrency`):
+    /// the most attempts in flight to one endpoint, and the ceiling its
+    /// `concurrency_limit` climbs back to.
+    pub per_endpoint: i32,
+}
+
+/// What [`record`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The delivery's new status.
+    pub status: DeliveryStatus,
+    /// The lease had been lost (another replica owns the delivery now); nothing but the attempt was written.
+    pub lease_lost: bool,
+    /// The endpoint was disabled by this outcome, with this reason.
+    pub disabled: Option<String>,
+    /// The rule that disabled it: `gone`, `failed_deliveries` or
+    /// `failing_too_long` (the `reason` label of `webhook_endpoints_disabled_total`).
+    pub disabled_rule: Option<&'static str>,
+}
+
+/// The delivery's next state after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// New status.
+    pub status: DeliveryStatus,
+    /// When the next attempt is due (a scheduled retry), else `None`.
+    pub next_at: Option<DateTime<Utc>>,
+    /// The retries are used up: the delivery gave up (counts towards disabling).
+    pub exhausted: bool,
+}
+
+/// The transition of one attempt's outcome (pure):
+/// - 2xx → `succeeded`;
+/// - a manual retry's attempt failed → `failed` (one attempt only);
+/// - 410 → `paused` (the endpoint is being disabled);
+/// - a retry is left → `pending` due at `now + retry_in` (`paused`, with
+///   that due time kept, if the endpoint is no longer enabled);
+/// - none left → `failed`, `exhausted`.
+pub fn decide(a: &AttemptRecord, manual_retry: bool, endpoint_enabled: bool, now: DateTime<Utc>) -> Decision {
+    let settle = |status| Decision { status, next_at: None, exhausted: false };
+    if a.success {
+        settle(DeliveryStatus::Succeeded)
+    } else if manual_retry {
+        settle(DeliveryStatus::Failed)
+    } else if a.gone() {
+        settle(DeliveryStatus::Paused)
+    } else {
+        match a.retry_in {
+            Some(d) => Decision {
+                status: if endpoint_enabled { DeliveryStatus::Pending } else { DeliveryStatus::Paused },
+                next_at: Some(now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::hours(1))),
+                exhausted: false,
+            },
+            None => Decision { status: DeliveryStatus::Failed, next_at: None, exhausted: true },
+        }
+    }
+}
+
+/// Records an attempt and applies its consequences, in one transaction:
+/// the attempt row; the delivery's status, counters and next attempt
+/// ([`decide`]); the endpoint's health ([`health::after_success`],
+/// [`health::after_failure`]: success resets it and raises its
+/// `concurrency_limit` by one; 429/503 throttle it; 410 or the
+/// [`HealthRules`] disable it through [`health::disable`]).
+pub async fn record(conn: &mut AsyncPgConnection, c: &Claimed, a: &AttemptRecord, rules: HealthRules) -> anyhow::Result<Recorded> {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
+    let (c, a) = (c.clone(), a.clone());
+    conn.transaction::<Recorded, anyhow::Error, _>(|conn| {
+        async move {
+            let now = Utc::now();
+            let health = health::lock(conn, &c.endpoint_id).await?;
+            let enabled = health.as_ref().is_some_and(|h| h.enabled());
+            let d = decide(&a, c.manual_retry, enabled, now);
+            insert_attempt(conn, &c, &a, d.next_at).await?;
+            let recorded = |disabled: Option<Disabled>| Recorded {
+                status: d.status,
+                lease_lost: false,
+                disabled_rule: disabled.as_ref().map(|x| x.rule),
+                disabled: disabled.map(|x| x.reason),
+            };
+            if settle_attempt(conn, &c, &a, d, now).await? == 0 {
+                return Ok(Recorded { lease_lost: true, ..recorded(None) });
+            }
+            let Some(health) = health else { return Ok(recorded(None)) };
+            if a.success {
+                health::after_success(conn, &c.endpoint_id, now, rules.per_endpoint).await?;
+                return Ok(recorded(None));
+            }
+            let disabled = health::after_failure(conn, &c, &a, &health, d, now, rules).await?;
+            Ok(recorded(disabled))
+        }
+        .scope_boxed()
+    })
+    .await
+}
+
+/// The `webhook_attempts` row of one attempt (idempotent per attempt number).
+async fn insert_attempt(
+    conn: &mut AsyncPgConnection,
+    c: &Claimed,
+    a: &AttemptRecord,
+    next_at: Option<DateTime<Utc>>,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "INSERT INTO webhook_attempts (id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, \
+         response_status, error_class, error_detail, response_body, next_attempt_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (delivery_id, attempt_number) DO NOTHING",
+    )
+    .bind::<Text, _>(vid_core::AttemptId::generate())
+    .bind::<Text, _>(&c.id)
+    .bind::<Text, _>(&c.endpoint_id)
+    .bind::<Integer, _>(c.attempt_number())
+    .bind::<Timestamptz, _>(a.started_at)
+    .bind::<Integer, _>(a.duration_ms)
+    .bind::<Nullable<Integer>, _>(a.response_status.map(i32::from))
+    .bind::<Nullable<Text>, _>(a.error_class)
+    .bind::<Nullable<Text>, _>(a.error_detail.as_deref())
+    .bind::<Nullable<Text>, _>(a.response_body.as_deref())
+    .bind::<Nullable<Timestamptz>, _>(next_at)
+    .execute(conn)
+    .await
+}
+
+/// Writes the [`Decision`] to the delivery, if the lease is still ours
+/// (returns 0 otherwise); clears the lease and the manual-retry mark.
+async fn settle_attempt(
+    conn: &mut AsyncPgConnection,
+    c: &Claimed,
+    a: &AttemptRecord,
+    d: Decision,
+    now: DateTime<Utc>,
+) -> QueryResult<usize> {
+    diesel::update(dl::table.filter(dl::id.eq(&c.id)).filter(dl::locked_until.eq(c.locked_until)))
+        .set((
+            dl::status.eq(d.status),
+            dl::attempt_count.eq(c.attempt_number()),
+            dl::next_attempt_at.eq(d.next_at),
+            dl::last_attempt_at.eq(a.started_at),
+            dl::locked_until.eq(None::<DateTime<Utc>>),
+            dl::manual_retry.eq(false),
+            dl::updated_at.eq(now),
+        ))
+        .execute(conn)
+        .await
+}
+
+/// Ends a claim without an attempt: `paused` (endpoint disabled meanwhile)
+/// or `failed` (endpoint deleted). Returns 0 if the lease was lost.
+pub async fn settle_without_attempt(conn: &mut AsyncPgConnection, c: &Claimed, status: DeliveryStatus) -> QueryResult<usize> {
+    diesel::update(dl::table.filter(dl::id.eq(&c.id)).filter(dl::locked_until.eq(c.locked_until)))
+        .set((
+            dl::status.eq(status),
+            dl::locked_until.eq(None::<DateTime<Utc>>),
+            dl::next_attempt_at.eq(None::<DateTime<Utc>>),
+            dl::updated_at.eq(Utc::now()),
+        ))
+        .execute(conn)
+        .await
+}
+
+/// [`record_successes`]' statement: `$1`–`$9` the attempts as arrays, `$10`
+/// the per-endpoint concurrency. Its status literal is
+/// `DeliveryStatus::Succeeded` (checked by a test).
+const RECORD_SUCCESSES_SQL: &str = r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::timestamptz[], $7::int[], $8::int[], $9::text[])
+        AS t(attempt_id, delivery_id, endpoint_id, token, attempt_number, started_at, duration_ms, response_status, response_body)
+),
+attempts AS (
+    INSERT INTO webhook_attempts (id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body)
+    SELECT attempt_id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body FROM input
+    ON CONFLICT (delivery_id, attempt_number) DO NOTHING
+),
+updated AS (
+    UPDATE webhook_deliveries d
+    SET status = 'succeeded', attempt_count = i.attempt_number, next_attempt_at = NULL, last_attempt_at = i.started_at,
+        locked_until = NULL, manual_retry = false, updated_at = now()
+    FROM input i
+    WHERE d.id = i.delivery_id AND d.locked_until = i.token
+    RETURNING d.endpoint_id
+),
+health AS (
+    UPDATE webhook_endpoints e
+    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL,
+        concurrency_limit = CASE WHEN e.concurrency_limit IS NULL OR e.concurrency_limit + 1 >= $10 THEN NULL
+                                 ELSE e.concurrency_limit + 1 END
+    WHERE e.id IN (SELECT DISTINCT endpoint_id FROM updated)
+)
+SELECT count(*) AS updated FROM updated
+"#;
+
+/// Records successful attempts in ONE statement (so one round trip and one
+/// commit for a whole batch): their `webhook_attempts` rows, their
+/// deliveries `succeeded` (only where the lease is still the claim token),
+/// and the health of their endpoints reset (`last_success_at`,
+/// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
+/// one higher, back to NULL at `per_endpoint`), exactly what [`record`]
+/// does for one success. Every record must have `success`.
+/// Returns how many deliveries were updated; the others had lost their lease
+/// (their attempt row is still written, as [`record`] does).
+pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)], per_endpoint: i32) -> QueryResult<usize> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    debug_assert!(batch.iter().all(|(_, a)| a.success));
+    let attempt_ids: Vec<String> = batch.iter().map(|_| vid_core::AttemptId::generate().as_str().to_owned()).collect();
+    #[derive(QueryableByName)]
+    struct Count {
+        #[diesel(sql_type = BigInt)]
+        updated: i64,
+    }
+    let count: Count = diesel::sql_query(RECORD_SUCCESSES_SQL)
+        .bind::<Array<Text>, _>(attempt_ids)
+        .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.id.as_str()).collect::<Vec<_>>())
+        .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.endpoint_id.as_str()).collect::<Vec<_>>())
+        .bind::<Array<Timestamptz>, _>(batch.iter().map(|(c, _)| c.locked_until).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(batch.iter().map(|(c, _)| c.attempt_number()).collect::<Vec<_>>())
+        .bind::<Array<Timestamptz>, _>(batch.iter().map(|(_, a)| a.started_at).collect::<Vec<_>>())
+        .bind::<Array<Integer>, _>(batch.iter().map(|(_, a)| a.duration_ms).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Integer>>, _>(batch.iter().map(|(_, a)| a.response_status.map(i32::from)).collect::<Vec<_>>())
+        .bind::<Array<Nullable<Text>>, _>(batch.iter().map(|(_, a)| a.response_body.as_deref()).collect::<Vec<_>>())
+        .bind::<Integer, _>(per_endpoint)
+        .get_result(conn)
+        .await?;
+    Ok(usize::try_from(count.updated).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn attempt(status: Option<u16>, retry_in: Option<Duration>) -> AttemptRecord {
+        AttemptRecord {
+            started_at: Utc::now(),
+            duration_ms: 1,
+            response_status: status,
+            error_class: None,
+            error_detail: None,
+            response_body: None,
+            success: status.is_some_and(|s| (200..300).contains(&s)),
+            retry_in,
+        }
+    }
+
+    #[test]
+    fn outcomes_move_the_delivery_as_the_state_machine_says() {
+        let now = Utc::now();
+        let later = Some(Duration::from_secs(5));
+        let d = decide(&attempt(Some(200), None), true, false, now);
+        assert_eq!((d.status, d.next_at, d.exhausted), (DeliveryStatus::Succeeded, None, false));
+        assert_eq!(decide(&attempt(Some(500), later), true, true, now).status, DeliveryStatus::Failed, "a manual retry is one attempt");
+        assert_eq!(decide(&attempt(Some(410), later), false, true, now).status, DeliveryStatus::Paused);
+        let d = decide(&attempt(Some(500), later), false, true, now);
+        assert_eq!((d.status, d.next_at, d.exhausted), (DeliveryStatus::Pending, Some(now + chrono::Duration::seconds(5)), false));
+        let d = decide(&attempt(None, later), false, false, now);
+        assert_eq!((d.status, d.next_at), (DeliveryStatus::Paused, Some(now + chrono::Duration::seconds(5))), "disabled meanwhile");
+        let d = decide(&attempt(Some(503), None), false, true, now);
+        assert_eq!((d.status, d.next_at, d.exhausted), (DeliveryStatus::Failed, None, true));
+    }
+
+    #[test]
+    fn the_batch_statement_uses_the_typed_status() {
+        assert_eq!(RECORD_SUCCESSES_SQL.matches("status = '").count(), 1);
+        assert!(RECORD_SUCCESSES_SQL.contains(&format!("status = '{}'", DeliveryStatus::Succeeded)));
+    }
+}
