@@ -25,9 +25,9 @@ VIDCTL=target/debug/vidctl
 DEFAULT_VIDEO=$LOCAL/demo/bigbuckbunny-x8-4mbit.mp4
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 die() { echo "demo: $*" >&2; exit 1; }
-log_tail() {   # the receiver's error (before any backtrace), then the log's tail
+log_tail() {   # the receiver's error (its one-line chain, or a panic), then the log's tail
     local err
-    err="$(grep -m1 -A4 -E '^Error:|panicked at' "$RECEIVER_LOG" 2>/dev/null || true)"
+    err="$(grep -m1 -A4 -E '^webhook-receiver: |^Error:|panicked at' "$RECEIVER_LOG" 2>/dev/null || true)"
     if [ -n "$err" ]; then
         echo "---- the error in $RECEIVER_LOG ----" >&2
         echo "$err" >&2
