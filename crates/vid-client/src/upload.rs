@@ -25,7 +25,7 @@ use futures::StreamExt;
 use vid_core::upload::{CreateUpload, PartUrl, UploadStatus};
 use vid_core::{Problem, UploadId};
 
-use crate::{Accepted, Client, ClientError};
+use crate::client::{Accepted, Client, ClientError};
 
 mod s3;
 mod state;

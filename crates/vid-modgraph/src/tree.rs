@@ -212,9 +212,23 @@ impl<'ast> Visit<'ast> for Refs {
             syn::visit::visit_impl_item_fn(self, f);
         }
     }
-    // `pub(in crate::a)` and attributes name paths without depending on them.
+    // `pub(in crate::a)` names a path without depending on it.
     fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
-    fn visit_attribute(&mut self, _: &'ast syn::Attribute) {}
+    // Attribute arguments (`#[utoipa::path(responses(crate::openapi::X))]`) and
+    // macro bodies (`json!`, `select!`) are tokens, not syntax: their paths are
+    // read from the tokens.
+    fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
+        if let syn::Meta::List(list) = &a.meta {
+            token_paths(list.tokens.clone(), &mut self.paths);
+        }
+        if let syn::Meta::NameValue(nv) = &a.meta {
+            self.visit_expr(&nv.value);
+        }
+    }
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        syn::visit::visit_path(self, &m.path);
+        token_paths(m.tokens.clone(), &mut self.paths);
+    }
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
         let relative = matches!(segments.first().map(String::as_str), Some("crate" | "self" | "super"));
@@ -223,6 +237,51 @@ impl<'ast> Visit<'ast> for Refs {
         }
         syn::visit::visit_path(self, p);
     }
+}
+
+/// Every `a::b…` sequence in `tokens` (groups included) of at least two
+/// segments, or starting with `crate`, `self` or `super`.
+fn token_paths(tokens: proc_macro2::TokenStream, out: &mut Vec<Vec<String>>) {
+    use proc_macro2::{Spacing, TokenTree};
+    let mut current: Vec<String> = Vec::new();
+    // `colon`: the first `:` of a `::` right after a segment; `sep`: a whole `::`.
+    let (mut colon, mut sep) = (false, false);
+    for tt in tokens {
+        match tt {
+            TokenTree::Ident(i) if current.is_empty() || sep => {
+                current.push(i.to_string());
+                (colon, sep) = (false, false);
+            }
+            TokenTree::Punct(p) if p.as_char() == ':' && !current.is_empty() && !sep => {
+                if colon {
+                    sep = true;
+                } else if p.spacing() == Spacing::Joint {
+                    colon = true;
+                } else {
+                    keep_path(&mut current, out);
+                }
+            }
+            other => {
+                keep_path(&mut current, out);
+                (colon, sep) = (false, false);
+                match other {
+                    TokenTree::Group(g) => token_paths(g.stream(), out),
+                    TokenTree::Ident(i) => current.push(i.to_string()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    keep_path(&mut current, out);
+}
+
+/// Moves `current` to `out` when it is a path worth resolving; empties it.
+fn keep_path(current: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    let relative = matches!(current.first().map(String::as_str), Some("crate" | "self" | "super"));
+    if current.len() >= 2 || relative {
+        out.push(std::mem::take(current));
+    }
+    current.clear();
 }
 
 /// The leaves of a `use` tree, each with its full path.

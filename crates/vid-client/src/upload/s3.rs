@@ -2,7 +2,7 @@
 //! summarised for people (never naming the bucket or key), and which errors
 //! are worth a retry.
 
-use crate::ClientError;
+use crate::client::ClientError;
 
 /// Whether storage refused the presigned URL itself (expired, or its
 /// signature is no longer accepted), as opposed to failing the request.

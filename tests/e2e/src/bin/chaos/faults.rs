@@ -222,5 +222,3 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
     println!("chaos: {} {} over", fmt_t(ended), f.kind.label());
     FaultRecord { kind: f.kind, at, ended, detail: format!("for {:.1} s", (ended - at).as_secs_f64()), skipped: None, error }
 }
-
-/// `(settled, summary)`: settled when the outbox is empty, every event has a

@@ -260,6 +260,7 @@ async fn stop(shared: &Shared) {
     }
 }
 
+/// One upload through the SDK, retried (resuming the same upload) until it is
 /// accepted, then followed until its operation is terminal.
 async fn upload_one(client: &Client, clip: &Path, state_dir: &Path, deadline: Instant) -> UploadResult {
     let mut r = UploadResult::default();

@@ -158,5 +158,3 @@ pub(crate) fn print_schedule(s: &Schedule, args: &Args) {
         );
     }
 }
-
-/// One upload through the SDK, retried (resuming the same upload) until it is
