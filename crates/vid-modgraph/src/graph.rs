@@ -137,7 +137,15 @@ pub fn build(mods: &BTreeMap<ModPath, Module>) -> Graph {
 impl Graph {
     /// Each circle: the modules of one strongly connected component, sorted.
     pub fn circles(&self) -> Vec<Vec<ModPath>> {
-        let mut t = Tarjan { graph: self, index: 0, indices: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), out: Vec::new() };
+        let mut t = Tarjan {
+            graph: self,
+            index: 0,
+            indices: BTreeMap::new(),
+            low: BTreeMap::new(),
+            stack: Vec::new(),
+            on: BTreeSet::new(),
+            out: Vec::new(),
+        };
         let nodes: BTreeSet<&ModPath> = self.edges.keys().chain(self.edges.values().flat_map(|m| m.keys())).collect();
         for n in nodes {
             if !t.indices.contains_key(n) {
@@ -199,7 +207,8 @@ impl<'a> Tarjan<'a> {
         self.index += 1;
         self.stack.push(v);
         self.on.insert(v);
-        for w in self.graph.edges.get(v).into_iter().flat_map(|m| m.keys()) {
+        let graph = self.graph;
+        for w in graph.edges.get(v).into_iter().flat_map(|m| m.keys()) {
             if !self.indices.contains_key(w) {
                 self.connect(w);
                 let lw = self.low[w];

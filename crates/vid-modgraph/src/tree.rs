@@ -71,7 +71,13 @@ fn load_file(file: &Path, path: ModPath, child_dir: &Path, out: &mut BTreeMap<Mo
     load_items(&ast.items, path, file, child_dir, out)
 }
 
-fn load_items(items: &[syn::Item], path: ModPath, file: &Path, child_dir: &Path, out: &mut BTreeMap<ModPath, Module>) -> anyhow::Result<()> {
+fn load_items(
+    items: &[syn::Item],
+    path: ModPath,
+    file: &Path,
+    child_dir: &Path,
+    out: &mut BTreeMap<ModPath, Module>,
+) -> anyhow::Result<()> {
     let mut module = Module { path: path.clone(), file: file.to_path_buf(), ..Default::default() };
     let mut refs = Refs::default();
     for item in items {

@@ -13,7 +13,7 @@ use vid_client::upload::{Progress, UploadOutcome, Uploader};
 use vid_client::Client;
 use vid_core::operation::{Operation, OperationStatus};
 use vid_core::video::Video;
-use vid_core::UploadId;
+use vid_core::{OperationId, UploadId};
 
 use crate::cli::UploadArgs;
 use crate::exit::{finish_operation, Exit};
