@@ -184,7 +184,7 @@ impl Client {
         &self.base
     }
 
-    async fn call<B: Serialize, T: DeserializeOwned>(
+    pub(crate) async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -219,7 +219,7 @@ impl Client {
         Ok((value, location))
     }
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
         Ok(self.call::<(), T>(Method::GET, path, None, &[]).await?.0)
     }
 

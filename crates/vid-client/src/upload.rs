@@ -30,11 +30,10 @@ use crate::client::{Accepted, Client, ClientError};
 mod s3;
 mod state;
 
-use s3::{chain, s3_code, s3_summary, transient};
 pub use s3::url_refused;
+use s3::{chain, s3_code, s3_summary, transient};
 pub use state::{default_state_dir, UploadStateFile};
 use state::{lock_state, read_state, write_state};
-
 
 /// Progress callbacks, called from the upload task.
 pub trait Progress: Send + Sync {
@@ -410,54 +409,6 @@ impl<'a> Uploader<'a> {
             delay = (delay * 2).min(Duration::from_secs(10));
         }
     }
-}
-
-/// `<cache dir>/vidctl/uploads`, e.g. `~/.cache/vidctl/uploads`.
-pub fn default_state_dir() -> Option<PathBuf> {
-    dirs::cache_dir().map(|d| d.join("vidctl/uploads"))
-}
-
-/// The exclusive lock on a state file: `<state file>.lock`, removed when
-/// dropped unless the state file is still there (the upload can be resumed).
-struct StateLock {
-    _file: std::fs::File,
-    path: PathBuf,
-    state: PathBuf,
-}
-
-impl Drop for StateLock {
-    fn drop(&mut self) {
-        if !self.state.exists() {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Takes the lock of the state file `path` without waiting, creating its directory.
-fn lock_state(path: &Path) -> Result<StateLock, std::fs::TryLockError> {
-    let lock_path = path.with_extension("lock");
-    let open = || -> std::io::Result<std::fs::File> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)
-    };
-    let file = open().map_err(std::fs::TryLockError::Error)?;
-    file.try_lock()?;
-    Ok(StateLock { _file: file, path: lock_path, state: path.to_owned() })
-}
-
-fn read_state(path: &Path) -> Option<UploadStateFile> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(state).expect("serialises"))?;
-    std::fs::rename(tmp, path)
 }
 
 /// Reads `len` bytes at `offset` on the blocking pool (positional read: the

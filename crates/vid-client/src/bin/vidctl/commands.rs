@@ -10,7 +10,9 @@ use crate::cli::{EventCmd, OperationCmd, PageArgs, UploadCmd, VideoCmd};
 use crate::exit::finish_operation;
 use crate::output::Output;
 use crate::upload::follow;
-use crate::view::{dash, event_subject, fields, operation_row, operation_status_line, print_operation, print_upload, print_video, time, unix_time};
+use crate::view::{
+    dash, event_subject, fields, operation_row, operation_status_line, print_operation, print_upload, print_video, time, unix_time,
+};
 
 /// `vidctl operations …`.
 pub(crate) async fn operations(client: &Client, cmd: OperationCmd, out: Output, bars: bool) -> anyhow::Result<()> {

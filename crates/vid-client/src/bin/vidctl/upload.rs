@@ -200,11 +200,7 @@ fn print_sent(file: &Path, outcome: &UploadOutcome, sent: u64, secs: f64) {
         outcome.parts_sent.len(),
         if outcome.resumed { format!(", {} already stored", outcome.parts_already_stored.len()) } else { String::new() }
     );
-    fields(&[
-        ("upload", outcome.upload_id.to_string()),
-        ("video", dash(op.metadata.video_id.as_ref())),
-        ("operation", op.id.to_string()),
-    ]);
+    fields(&[("upload", outcome.upload_id.to_string()), ("video", dash(op.metadata.video_id.as_ref())), ("operation", op.id.to_string())]);
 }
 
 /// The ended operation and its renditions (from the video when it is ready).
@@ -240,7 +236,6 @@ pub(crate) async fn follow(client: &Client, id: &OperationId, timeout: Duration,
     bar.finish_and_clear();
     Ok(r?)
 }
-
 
 #[cfg(test)]
 mod tests {

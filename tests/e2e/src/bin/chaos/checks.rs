@@ -402,7 +402,9 @@ async fn receiver_videos_agree(rep: &mut Report, facts: &Facts, name: &str, rdb:
     let api_videos = &facts.api_videos;
     let rv = sql(rdb, "SELECT video_id, status, version FROM videos").await?;
     let agree = rv.len() == api_videos.len()
-        && rv.iter().all(|r| api_videos.iter().any(|v| v.id.as_str() == r[0] && v.status.as_str() == r[1] && v.version.to_string() == r[2]));
+        && rv
+            .iter()
+            .all(|r| api_videos.iter().any(|v| v.id.as_str() == r[0] && v.status.as_str() == r[1] && v.version.to_string() == r[2]));
     rep.check(
         &format!("receiver {name}'s videos agree with GET /videos (status and version)"),
         agree,

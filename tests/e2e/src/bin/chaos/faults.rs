@@ -95,7 +95,6 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
     rec
 }
 
-
 /// SIGKILLs a service once it has work in flight (the transcoder a job, the
 /// dispatcher an open request), keeps it down for the planned time, and
 /// starts it again.
@@ -135,9 +134,9 @@ async fn wait_for_job(shared: &Shared, kind: FaultKind) -> String {
     shared.started[&kind].send_replace(true);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let job = std::fs::read_dir(&work).ok().and_then(|d| {
-            d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| n.starts_with("op_"))
-        });
+        let job = std::fs::read_dir(&work)
+            .ok()
+            .and_then(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| n.starts_with("op_")));
         if let Some(op) = job {
             return format!("mid-job ({op} in its work dir)");
         }

@@ -17,7 +17,6 @@ use tokio::sync::oneshot;
 
 use crate::util::note;
 
-
 /// What a proxy did with one request.
 #[derive(Debug, Clone)]
 pub(crate) enum HitOutcome {

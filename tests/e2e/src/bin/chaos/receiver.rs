@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use vid_e2e::bin_dir;
 
-
 /// One `webhook-receiver` process (restartable).
 pub(crate) struct ReceiverProc {
     pub(crate) name: &'static str,

@@ -83,7 +83,15 @@ pub(crate) async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
     shared.watch_processes().await;
     watchdog.abort();
 
-    let ctx = Ctx { shared: &shared, client: &client, db: &db, receiver_dbs: &receiver_dbs, endpoints: &endpoints, results: &results, faults: &faults };
+    let ctx = Ctx {
+        shared: &shared,
+        client: &client,
+        db: &db,
+        receiver_dbs: &receiver_dbs,
+        endpoints: &endpoints,
+        results: &results,
+        faults: &faults,
+    };
     let report = verify(&ctx).await;
     let ok = report.print(&profile, seed, &faults, started.elapsed(), &args.run_dir, drained_at);
     stop(&shared).await;
@@ -300,7 +308,6 @@ async fn upload_one(client: &Client, clip: &Path, state_dir: &Path, deadline: In
         }
     }
 }
-
 
 /// `(settled, summary)`: settled when the outbox is empty, every event has a
 /// delivery per endpoint, none is pending, and each receiver processed every event.

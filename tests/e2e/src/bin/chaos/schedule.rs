@@ -132,8 +132,6 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
     Schedule { uploads, faults }
 }
 
-
-
 pub(crate) fn print_schedule(s: &Schedule, args: &Args) {
     println!("chaos: schedule (times from the start of the load):");
     for f in &s.faults {

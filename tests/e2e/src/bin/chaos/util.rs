@@ -36,7 +36,6 @@ pub(crate) fn fmt_t(d: Duration) -> String {
     format!("+{:02}:{:04.1}", (s / 60.0).floor() as u64, s % 60.0)
 }
 
-
 pub(crate) async fn sql(url: &str, query: &str) -> anyhow::Result<Vec<Vec<String>>> {
     let out = tokio::process::Command::new("psql")
         .args(["-X", "-q", "-A", "-t", "-F", "\u{1f}", "-v", "ON_ERROR_STOP=1", url, "-c", query])
