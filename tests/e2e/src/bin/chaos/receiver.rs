@@ -67,7 +67,7 @@ impl ReceiverProc {
 }
 
 impl Drop for ReceiverProc {
-    pub(crate) fn drop(&mut self) {
+    fn drop(&mut self) {
         self.kill();
     }
 }
