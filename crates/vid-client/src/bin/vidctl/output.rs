@@ -47,6 +47,14 @@ impl Output {
         }
     }
 
+    /// Output only people see, printed before the result (with `--json`,
+    /// stdout carries the result alone).
+    pub(crate) fn human(self, print: impl FnOnce()) {
+        if !self.json {
+            print();
+        }
+    }
+
     /// A page of a list: `{"data": […], "next_cursor": …}`, or a table with
     /// one row per item followed by the `more: --cursor …` line when there is
     /// a next page.

@@ -118,9 +118,7 @@ pub(crate) async fn upload(client: &Client, args: UploadArgs, out: Output, bars:
         "seconds": secs,
         "operation": op,
     });
-    if !out.is_json() {
-        print_sent(&args.file, &outcome, sent, secs);
-    }
+    out.human(|| print_sent(&args.file, &outcome, sent, secs));
     if !args.wait {
         out.show_with(
             || report,
