@@ -6,7 +6,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VIDEO ?=
 
-.PHONY: help infra build up down status demo test bench fuzz chaos fmt lint clean-test-dbs
+.PHONY: help infra build up down status demo test bench fuzz chaos modgraph fmt lint clean-test-dbs
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -45,6 +45,9 @@ fuzz: build ## schemathesis against the served OpenAPI document, 200 examples pe
 
 chaos: build ## the full chaos run: 50 uploads while every part is killed or restarted (SEED=n to repeat a run)
 	scripts/chaos.sh $(if $(SEED),--seed $(SEED),)
+
+modgraph: ## no import circle in any crate, and the api's layers in order (a step of `make test`)
+	$(CARGO) run -q -p vid-modgraph
 
 fmt: ## format the code
 	$(CARGO) fmt --all

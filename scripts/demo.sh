@@ -25,9 +25,9 @@ VIDCTL=target/debug/vidctl
 DEFAULT_VIDEO=$LOCAL/demo/bigbuckbunny-x8-4mbit.mp4
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 die() { echo "demo: $*" >&2; exit 1; }
-log_tail() {   # the receiver's error (before any backtrace), then the log's tail
+log_tail() {   # the receiver's error (its one-line chain, or a panic), then the log's tail
     local err
-    err="$(grep -m1 -A4 -E '^Error:|panicked at' "$RECEIVER_LOG" 2>/dev/null || true)"
+    err="$(grep -m1 -A4 -E '^webhook-receiver: |^Error:|panicked at' "$RECEIVER_LOG" 2>/dev/null || true)"
     if [ -n "$err" ]; then
         echo "---- the error in $RECEIVER_LOG ----" >&2
         echo "$err" >&2
@@ -104,7 +104,7 @@ check_video "$VIDEO_ARG"
 check_port
 [ -s $LOCAL/api-key ] || die "no .local/api-key: run 'make up' first"
 [ -x $VIDCTL ] && [ -x target/debug/webhook-receiver ] || die "$VIDCTL or target/debug/webhook-receiver missing: run 'make up' first"
-command -v jq >/dev/null || command -v python3 >/dev/null || die "needs jq or python3 to read the receiver's state"
+command -v python3 >/dev/null || die "needs python3 to read the receiver's state and print the renditions"
 VIDCTL_API_KEY="$(cat $LOCAL/api-key)"
 export VIDCTL_API_KEY
 json_field() { sed -n "s/^ *\"$1\": *\"\([^\"]*\)\".*/\1/p" | head -1; }
@@ -122,6 +122,48 @@ for e in json.load(sys.stdin).get("effects", []):
     if e.get("video_id") == sys.argv[1] and sys.argv[2] in ("", e.get("event_type")):
         print(json.dumps(e))' "$1" "${2:-}"
     fi
+}
+
+# renditions_table JSON: from `vidctl --json videos get`, prints the source,
+# the renditions and the poster as a small labelled table, then each download
+# URL under its name. Fails when the video has no renditions.
+renditions_table() {
+    python3 - "$1" <<'PY'
+import json, sys
+v = json.loads(sys.argv[1])
+
+def size(n):
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+rows = [("FILE", "SIZE", "FORMAT", "BITRATE", "BYTES", "STORAGE KEY")]
+s = v.get("source")
+if s:
+    fmt = f'{s["video_codec"]}/{s.get("audio_codec") or "no audio"} in {s["container"]}'
+    if s.get("duration_seconds"):
+        fmt += f', {s["duration_seconds"]:.1f} s'
+    rows.append(("source", f'{s["width"]}x{s["height"]}', fmt, "", size(s["size_bytes"]), "(the upload)"))
+for r in v.get("renditions", []):
+    rows.append((r["name"], f'{r["width"]}x{r["height"]}', r.get("content_type", ""), f'{r["bitrate"] // 1000} kb/s',
+                 size(r["size_bytes"]), r["storage_key"]))
+p = v.get("poster")
+if p:
+    rows.append(("poster", f'{p["width"]}x{p["height"]}', "image", "", "", p["storage_key"]))
+widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+for row in rows:
+    print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+urls = [(r["name"], r.get("url")) for r in v.get("renditions", [])] + ([("poster", p.get("url"))] if p else [])
+urls = [(n, u) for n, u in urls if u]
+if urls:
+    print("\ndownload URLs (presigned, valid for a limited time):")
+    w = max(len(n) for n, _ in urls)
+    for n, u in urls:
+        print(f"  {n.ljust(w)}  {u}")
+sys.exit(0 if v.get("renditions") else 1)
+PY
 }
 
 VIDEO="$VIDEO_ARG"
@@ -209,6 +251,7 @@ echo "the video.ready event $ready_event as the API recorded and signed it:"
 $VIDCTL --json events get "$ready_event" || die "vidctl events get $ready_event failed"
 
 step "4. renditions (storage keys and time-limited download URLs)"
-$VIDCTL --json videos get "$video_id" | grep -E '"(name|width|height|storage_key|url)"' || die "vidctl videos get $video_id failed or shows no renditions"
+video_json=$($VIDCTL --json videos get "$video_id") || die "vidctl videos get $video_id failed"
+renditions_table "$video_json" || die "video $video_id shows no renditions: $video_json"
 echo
 echo "demo OK: video $video_id is ready and its video.ready webhook ($ready_event) was applied; receiver log: $RECEIVER_LOG; stop everything with 'make down'"

@@ -74,16 +74,24 @@ started_epoch() {
     echo $((btime + ticks / $(getconf CLK_TCK)))
 }
 
-# outdated NAME PID BIN: true (and prints why) when BIN was rebuilt after PID
-# started, or PID runs a binary that has since been deleted or replaced.
+# outdated NAME PID BIN: true (and prints why) when the process runs other
+# code than BIN holds now. What counts is the content: the running executable
+# (/proc/PID/exe, readable even after the file was deleted or replaced) is
+# compared with BIN byte for byte, so a rebuild that changed the binary is
+# told from a build that only swapped the file under target/ for an identical
+# one (`make test` does that: its test builds relink target/debug/*). Where
+# /proc/PID/exe cannot be read, modification time against start time decides.
 outdated() {
     local name="$1" pid="$2" bin="$3" started mtime exe
+    [ -x "$bin" ] || return 1
     exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
-    if [[ "$exe" == *" (deleted)" ]]; then
-        echo "its binary ${exe% (deleted)} was replaced since it started"
+    if [ -r "/proc/$pid/exe" ]; then
+        if cmp -s "/proc/$pid/exe" "$bin"; then
+            return 1
+        fi
+        echo "$bin was rebuilt since it started (its content differs from the running ${exe% (deleted)})"
         return 0
     fi
-    [ -x "$bin" ] || return 1
     started="$(started_epoch "$pid")" || return 1
     mtime="$(stat -c %Y "$bin")" || return 1
     if (( mtime > started )); then

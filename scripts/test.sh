@@ -33,6 +33,9 @@ rm -rf .local/test-logs
 # Each step runs even when an earlier one failed; the run fails if any did.
 failed=()
 step() { echo "==> $*"; "$@" || failed+=("$*"); }
+# No import circle inside any crate; the api's domain/ and store/ never import routes/
+# (crates/vid-modgraph; prints each circle and one way round it).
+step cargo run -q -p vid-modgraph
 step scripts/validate-deploy.sh
 # The api against its own OpenAPI document (schemathesis, bounded; `make fuzz` runs more).
 step scripts/fuzz-api.sh

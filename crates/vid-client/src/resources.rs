@@ -13,7 +13,7 @@ use vid_core::endpoint::{Endpoint, SignatureFormat};
 use vid_core::event::EventType;
 use vid_core::{DeliveryId, EndpointId};
 
-use crate::{query, Client, ClientError, Page};
+use crate::client::{query, Client, ClientError, Page};
 
 /// What `PATCH /webhook-endpoints/{id}` changes; `None` (and `false`) keeps
 /// the current value.

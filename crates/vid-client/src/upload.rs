@@ -22,22 +22,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use vid_core::upload::{CreateUpload, PartUrl, UploadStatus};
 use vid_core::{Problem, UploadId};
 
-use crate::{Accepted, Client, ClientError};
+use crate::client::{Accepted, Client, ClientError};
 
-/// What is remembered between runs of the same upload.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct UploadStateFile {
-    /// The API the upload was created on.
-    pub api_url: String,
-    /// The upload.
-    pub upload_id: UploadId,
-    /// File size when the upload was created.
-    pub size_bytes: u64,
-}
+mod s3;
+mod state;
+
+pub use s3::url_refused;
+use s3::{chain, s3_code, s3_summary, transient};
+pub use state::{default_state_dir, UploadStateFile};
+use state::{lock_state, read_state, write_state};
 
 /// Progress callbacks, called from the upload task.
 pub trait Progress: Send + Sync {
@@ -415,126 +411,6 @@ impl<'a> Uploader<'a> {
     }
 }
 
-/// `<cache dir>/vidctl/uploads`, e.g. `~/.cache/vidctl/uploads`.
-pub fn default_state_dir() -> Option<PathBuf> {
-    dirs::cache_dir().map(|d| d.join("vidctl/uploads"))
-}
-
-/// The exclusive lock on a state file: `<state file>.lock`, removed when
-/// dropped unless the state file is still there (the upload can be resumed).
-struct StateLock {
-    _file: std::fs::File,
-    path: PathBuf,
-    state: PathBuf,
-}
-
-impl Drop for StateLock {
-    fn drop(&mut self) {
-        if !self.state.exists() {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-/// Takes the lock of the state file `path` without waiting, creating its directory.
-fn lock_state(path: &Path) -> Result<StateLock, std::fs::TryLockError> {
-    let lock_path = path.with_extension("lock");
-    let open = || -> std::io::Result<std::fs::File> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)
-    };
-    let file = open().map_err(std::fs::TryLockError::Error)?;
-    file.try_lock()?;
-    Ok(StateLock { _file: file, path: lock_path, state: path.to_owned() })
-}
-
-fn read_state(path: &Path) -> Option<UploadStateFile> {
-    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-fn write_state(path: &Path, state: &UploadStateFile) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(state).expect("serialises"))?;
-    std::fs::rename(tmp, path)
-}
-
-/// Whether storage refused the presigned URL itself (expired, or its
-/// signature is no longer accepted), as opposed to failing the request.
-/// AWS answers 403 (`AccessDenied` "Request has expired", or
-/// `SignatureDoesNotMatch`); Garage answers 400 `InvalidRequest` "Date is too
-/// old" (or closes the connection before reading the body).
-pub fn url_refused(status: u16, body: &str) -> bool {
-    let b = body.to_ascii_lowercase();
-    let says = b.contains("expired")
-        || b.contains("too old")
-        || b.contains("accessdenied")
-        || b.contains("signaturedoesnotmatch")
-        || b.contains("invalidaccesskeyid");
-    match status {
-        403 => true,
-        400 => says || b.contains("authorizationqueryparameterserror"),
-        _ => false,
-    }
-}
-
-/// The `<Code>` of an S3 error body, or its start.
-fn s3_code(body: &str) -> String {
-    let code = body.split_once("<Code>").and_then(|(_, r)| r.split_once("</Code>")).map(|(c, _)| c);
-    let message = body.split_once("<Message>").and_then(|(_, r)| r.split_once("</Message>")).map(|(m, _)| m);
-    match (code, message) {
-        (Some(c), Some(m)) => format!("{c}: {m}"),
-        (Some(c), None) => c.to_owned(),
-        _ => body.chars().take(120).collect(),
-    }
-}
-
-/// What an S3 error body says, for people: its code and a hint for the
-/// common ones (never the `<Resource>`, `<Key>` or `<BucketName>`, which name
-/// the bucket and object), or the start of a body that is not an S3 error.
-fn s3_summary(body: &str) -> String {
-    let tag = |t: &str| body.split_once(&format!("<{t}>")).and_then(|(_, r)| r.split_once(&format!("</{t}>"))).map(|(v, _)| v);
-    let Some(code) = tag("Code") else { return body.chars().take(300).collect() };
-    let hint = match code {
-        "NoSuchUpload" => "the upload was completed or aborted elsewhere",
-        "AccessDenied" | "SignatureDoesNotMatch" | "InvalidAccessKeyId" => "storage refused the part's URL",
-        "EntityTooLarge" | "EntityTooSmall" | "InvalidPart" | "BadDigest" | "IncompleteBody" => "storage refused the part's bytes",
-        "SlowDown" | "ServiceUnavailable" | "InternalError" => "storage is failing or overloaded; try again later",
-        _ => "",
-    };
-    if hint.is_empty() {
-        code.to_owned()
-    } else {
-        format!("{code} ({hint})")
-    }
-}
-
-/// An error with its causes (storage errors carry no URL: see `without_url`).
-fn chain(e: &reqwest::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
-}
-
-/// Errors worth repeating the same call for.
-fn transient(e: &ClientError) -> bool {
-    match e {
-        ClientError::Http(_) => true,
-        ClientError::Api(p) => p.status >= 500 || p.status == 429,
-        ClientError::Unexpected { status, .. } => *status >= 500 || *status == 429,
-        _ => false,
-    }
-}
-
 /// Reads `len` bytes at `offset` on the blocking pool (positional read: the
 /// parts of one file are read concurrently without sharing a cursor).
 async fn read_at(file: &Arc<std::fs::File>, offset: u64, len: usize) -> Result<Vec<u8>, ClientError> {
@@ -567,29 +443,6 @@ fn read_exact_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recognises_refused_urls_from_aws_and_garage() {
-        let aws_expired = "<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>";
-        assert!(url_refused(403, aws_expired));
-        assert!(url_refused(403, "<Error><Code>SignatureDoesNotMatch</Code></Error>"));
-        assert!(url_refused(400, "<Error><Code>InvalidRequest</Code><Message>Bad request: Date is too old or expired</Message></Error>"));
-        assert!(url_refused(400, "<Error><Code>AccessDenied</Code></Error>"));
-        let garage = "<Error><Code>InvalidRequest</Code><Message>Bad request: Date is too old</Message></Error>";
-        assert!(url_refused(400, garage));
-        assert!(!url_refused(400, "<Error><Code>InvalidPart</Code><Message>bad digest</Message></Error>"));
-        assert!(!url_refused(500, aws_expired));
-        assert_eq!(s3_code(aws_expired), "AccessDenied: Request has expired");
-    }
-
-    #[test]
-    fn s3_errors_are_summarised_without_bucket_or_key() {
-        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchUpload</Code><Message>Upload not found</Message>\
-                    <Resource>/vid-media/tenants/t_1/uploads/upl_1/source</Resource><Region>garage</Region></Error>";
-        assert_eq!(s3_summary(body), "NoSuchUpload (the upload was completed or aborted elsewhere)");
-        assert_eq!(s3_summary("<Error><Code>Weird</Code><Key>tenants/x</Key></Error>"), "Weird");
-        assert_eq!(s3_summary("bad gateway"), "bad gateway");
-    }
 
     /// A storage failure, after the last attempt, does not show the presigned URL.
     #[tokio::test]

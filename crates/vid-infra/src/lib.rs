@@ -6,9 +6,11 @@
 //!   confirmed publisher;
 //! - [`storage`]: the aws-sdk-s3 client, configured for self-hosted S3 stores;
 //! - [`telemetry`]: tracing set-up (pretty in development, JSON in production);
-//! - [`metrics`]: the Prometheus recorder behind the `metrics` facade.
+//! - [`metrics`]: the Prometheus recorder behind the `metrics` facade;
+//! - [`exit`]: how a service's `main` ends (an error as one line, no backtrace).
 
 pub mod amqp;
+pub mod exit;
 pub mod metrics;
 pub mod settings;
 pub mod storage;

@@ -29,8 +29,23 @@ enum Command {
     Migrate,
 }
 
+/// A configuration or start-up error ends the process with one line, its
+/// chain of causes (`{:#}`), whatever `RUST_BACKTRACE` says; panics keep
+/// their backtrace. (The platform's services share this rule through
+/// `vid_infra::exit`; the receiver depends on nothing of ours but
+/// `vid-webhooks`, like a customer's receiver, so it states it here.)
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("webhook-receiver: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,lapin=warn".into()))
         .init();

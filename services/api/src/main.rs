@@ -29,8 +29,14 @@ enum Command {
     StorageSetup,
 }
 
+/// A configuration or start-up error ends the process with one line (its
+/// chain of causes), never a backtrace: see `vid_infra::exit`.
+fn main() -> std::process::ExitCode {
+    vid_infra::exit::exit_code("api", run())
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let settings: Settings = vid_infra::settings::load().context("loading settings")?;
     let command = cli.command.unwrap_or(Command::Serve);

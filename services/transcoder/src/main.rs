@@ -53,14 +53,14 @@ fn main() -> std::process::ExitCode {
             let code = tracing::info_span!("work", correlation_id = %correlation_id).in_scope(|| child::child_main(&spec));
             std::process::ExitCode::from(code as u8)
         }
-        Cmd::Run => match run() {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("transcoder: {e:#}");
+        Cmd::Run => {
+            let result = run();
+            if let Err(e) = &result {
                 tracing::error!(error = format!("{e:#}"), "transcoder failed");
-                std::process::ExitCode::FAILURE
             }
-        },
+            // One line on stderr, never a backtrace: see `vid_infra::exit`.
+            vid_infra::exit::exit_code("transcoder", result)
+        }
     }
 }
 

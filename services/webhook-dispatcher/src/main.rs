@@ -7,8 +7,14 @@ use anyhow::Context;
 use vid_netguard::SystemResolver;
 use vid_webhook_dispatcher::{Dispatcher, Settings};
 
+/// A configuration or start-up error ends the process with one line (its
+/// chain of causes), never a backtrace: see `vid_infra::exit`.
+fn main() -> std::process::ExitCode {
+    vid_infra::exit::exit_code("webhook-dispatcher", run())
+}
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn run() -> anyhow::Result<()> {
     let settings: Settings = vid_infra::settings::load().context("loading settings")?;
     vid_infra::telemetry::init(&settings.telemetry);
     tracing::info!(profile = %vid_infra::settings::profile(), settings = ?settings, "webhook-dispatcher starting");

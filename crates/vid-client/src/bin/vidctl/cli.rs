@@ -1,0 +1,276 @@
+//! The command line: every subcommand, flag and value parser (clap).
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Parser, Subcommand};
+use vid_core::endpoint::SignatureFormat;
+use vid_core::event::EventType;
+use vid_core::{DeliveryId, EndpointId, EventId, OperationId, UploadId, VideoId};
+
+#[derive(Parser)]
+#[command(name = "vidctl", version, about = "Upload videos and manage the video platform from the shell")]
+pub(crate) struct Cli {
+    /// API base URL [default: http://127.0.0.1:8080].
+    #[arg(long, env = "VIDCTL_API_URL", global = true)]
+    pub(crate) api_url: Option<String>,
+    /// API key [default: the `.local/api-key` found in this directory or a parent].
+    #[arg(long, env = "VIDCTL_API_KEY", global = true, hide_env_values = true)]
+    pub(crate) api_key: Option<String>,
+    /// Machine-readable JSON output (and no progress bars).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Upload a video in parallel parts straight to storage (resumable), then complete it.
+    Upload(UploadArgs),
+    /// Long-running operations (transcodes).
+    #[command(subcommand)]
+    Operations(OperationCmd),
+    /// Videos and their renditions.
+    #[command(subcommand)]
+    Videos(VideoCmd),
+    /// Uploads in progress.
+    #[command(subcommand)]
+    Uploads(UploadCmd),
+    /// Webhook endpoints and their deliveries.
+    #[command(subcommand)]
+    Endpoints(EndpointCmd),
+    /// Events (what webhooks announce).
+    #[command(subcommand)]
+    Events(EventCmd),
+    /// Check a captured webhook's signature (needs no API access).
+    Verify {
+        /// The endpoint secret (`whsec_…`); repeat during a rotation.
+        #[arg(long, required = true)]
+        secret: Vec<String>,
+        /// A header as received, `Name: value` (repeatable); a bare value is taken as `Webhook-Signature`.
+        #[arg(long, required = true)]
+        header: Vec<String>,
+        /// The raw body, exactly as received.
+        #[arg(long)]
+        body_file: PathBuf,
+        /// Accepted clock difference in seconds; 0 skips the timestamp check.
+        #[arg(long, default_value_t = 300)]
+        tolerance: u64,
+    },
+}
+
+#[derive(Args)]
+pub(crate) struct UploadArgs {
+    /// The file.
+    pub(crate) file: PathBuf,
+    /// Follow the transcode until it ends.
+    #[arg(long)]
+    pub(crate) wait: bool,
+    /// Parts sent at once (memory use is about this × the part size).
+    #[arg(long, default_value_t = 4)]
+    pub(crate) parallel: usize,
+    /// Media type [default: guessed from the file's first bytes].
+    #[arg(long)]
+    pub(crate) content_type: Option<String>,
+    /// With --wait: give up waiting after this many seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub(crate) timeout: u64,
+    /// Testing aid: pause this long before sending each part.
+    #[arg(long, hide = true)]
+    pub(crate) part_delay_ms: Option<u64>,
+}
+
+#[derive(Args)]
+pub(crate) struct PageArgs {
+    /// Continue after this cursor (printed at the end of the previous page).
+    #[arg(long)]
+    pub(crate) cursor: Option<String>,
+    /// Follow every page.
+    #[arg(long, conflicts_with = "cursor")]
+    pub(crate) all: bool,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum OperationCmd {
+    /// Show one operation.
+    Get { id: OperationId },
+    /// List operations, newest first.
+    List {
+        /// Only this status: pending, running, succeeded, failed, cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Wait until an operation ends; exits 2 unless it succeeded.
+    Wait {
+        id: OperationId,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
+    /// Cancel a pending or running operation.
+    Cancel { id: OperationId },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum VideoCmd {
+    /// Show one video with its renditions and download URLs.
+    Get { id: VideoId },
+    /// List videos, newest first.
+    List {
+        #[command(flatten)]
+        page: PageArgs,
+    },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum UploadCmd {
+    /// Show an upload: status, parts in storage, parts missing.
+    Get { id: UploadId },
+    /// Abort an upload (storage drops its parts).
+    Abort { id: UploadId },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum EndpointCmd {
+    /// Register an endpoint; prints its signing secret once.
+    Create {
+        url: String,
+        #[arg(long)]
+        description: Option<String>,
+        /// Only send this event type (repeatable) [default: every type].
+        #[arg(long = "event-type", value_parser = parse_event_type)]
+        event_types: Vec<EventType>,
+        /// webhook-signature (default) or standard-webhooks.
+        #[arg(long, value_parser = parse_format)]
+        signature_format: Option<SignatureFormat>,
+    },
+    /// List endpoints.
+    List,
+    /// Show one endpoint.
+    Get { id: EndpointId },
+    /// Change an endpoint's URL, description, filter or signature format.
+    Update {
+        id: EndpointId,
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long)]
+        description: Option<String>,
+        /// Remove the description.
+        #[arg(long, conflicts_with = "description")]
+        clear_description: bool,
+        /// Only send this event type (repeatable; replaces the filter).
+        #[arg(long = "event-type", value_parser = parse_event_type)]
+        event_types: Vec<EventType>,
+        /// Remove the filter: send every event type.
+        #[arg(long, conflicts_with = "event_types")]
+        all_event_types: bool,
+        /// webhook-signature or standard-webhooks.
+        #[arg(long, value_parser = parse_format)]
+        signature_format: Option<SignatureFormat>,
+    },
+    /// Delete an endpoint.
+    Delete { id: EndpointId },
+    /// Give an endpoint a new secret (printed once); the old one signs too for a while.
+    RotateSecret { id: EndpointId },
+    /// Re-enable a disabled endpoint; its paused backlog is delivered.
+    Enable { id: EndpointId },
+    /// Recent deliveries to an endpoint, with their last attempt.
+    Deliveries {
+        id: EndpointId,
+        /// pending, succeeded, failed or paused.
+        #[arg(long)]
+        status: Option<String>,
+        /// e.g. video.ready.
+        #[arg(long)]
+        event_type: Option<String>,
+        /// Page size, 1–100.
+        #[arg(long)]
+        limit: Option<u32>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Send a delivery once more.
+    Retry { id: EndpointId, delivery_id: DeliveryId },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum EventCmd {
+    /// Show one event exactly as it was sent.
+    Get { id: EventId },
+    /// List events, newest first.
+    List {
+        /// Only this type, e.g. `video.ready`.
+        #[arg(long = "type")]
+        type_: Option<String>,
+        /// Only events recorded strictly after this instant: RFC 3339 with an
+        /// offset, e.g. `2026-01-02T03:04:05Z` or `2026-01-02T04:04:05+01:00`.
+        #[arg(long, value_parser = parse_rfc3339)]
+        created_after: Option<DateTime<Utc>>,
+        /// Only events recorded strictly before this instant (RFC 3339, like
+        /// `--created-after`).
+        #[arg(long, value_parser = parse_rfc3339)]
+        created_before: Option<DateTime<Utc>>,
+        #[command(flatten)]
+        page: PageArgs,
+    },
+}
+
+/// An RFC 3339 date-time with an offset (`2026-01-02T03:04:05Z`,
+/// `2026-01-02T04:04:05.5+01:00`), as a UTC instant.
+fn parse_rfc3339(s: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("not an RFC 3339 date-time with an offset, such as 2026-01-02T03:04:05Z ({e})"))
+}
+
+fn parse_event_type(s: &str) -> Result<EventType, String> {
+    EventType::parse(s).ok_or_else(|| format!("unknown event type; one of {}", EventType::ALL.map(|t| t.as_str()).join(", ")))
+}
+
+fn parse_format(s: &str) -> Result<SignatureFormat, String> {
+    SignatureFormat::parse(s).ok_or_else(|| "one of webhook-signature, standard-webhooks".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use clap::Parser;
+    use vid_core::EndpointId;
+
+    use super::*;
+
+    #[test]
+    fn endpoints_update_can_clear_the_description_and_the_filter() {
+        let id = EndpointId::generate().to_string();
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["vidctl", "endpoints", "update", id.as_str()].iter().chain(extra)).map(|cli| match cli.command {
+                Command::Endpoints(EndpointCmd::Update { clear_description, all_event_types, .. }) => (clear_description, all_event_types),
+                _ => panic!("not endpoints update"),
+            })
+        };
+        assert_eq!(parse(&["--clear-description", "--all-event-types"]).unwrap(), (true, true));
+        assert_eq!(parse(&["--url", "https://a.example/"]).unwrap(), (false, false));
+        assert!(parse(&["--clear-description", "--description", "x"]).is_err());
+        assert!(parse(&["--all-event-types", "--event-type", "video.ready"]).is_err());
+    }
+
+    #[test]
+    fn events_list_takes_rfc3339_time_bounds() {
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["vidctl", "events", "list"].iter().chain(extra)).map(|cli| match cli.command {
+                Command::Events(EventCmd::List { created_after, created_before, .. }) => (created_after, created_before),
+                _ => panic!("not events list"),
+            })
+        };
+        let at = Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
+        assert_eq!(parse(&[]).unwrap(), (None, None));
+        assert_eq!(parse(&["--created-after", "2026-01-02T03:04:05Z"]).unwrap(), (Some(at), None));
+        assert_eq!(parse(&["--created-before", "2026-01-02T04:04:05+01:00"]).unwrap(), (None, Some(at)));
+        for bad in ["yesterday", "2026-01-02", "2026-01-02T03:04:05", "1767323045"] {
+            assert!(parse(&["--created-after", bad]).is_err(), "{bad}");
+        }
+    }
+}

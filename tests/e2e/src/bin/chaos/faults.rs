@@ -1,0 +1,223 @@
+//! Injecting the faults: kills (each waits for work in flight first, then
+//! restarts the service), restarts of RabbitMQ and PostgreSQL (by the
+//! commands chaos.sh passes), and the two receiver windows.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use crate::receiver::record_pid;
+use crate::schedule::{FaultKind, Planned};
+use crate::shared::Shared;
+use crate::util::{fmt_t, wait_200};
+
+/// A fault as it happened.
+#[derive(Debug, Clone)]
+pub(crate) struct FaultRecord {
+    pub(crate) kind: FaultKind,
+    pub(crate) at: Duration,
+    pub(crate) ended: Duration,
+    pub(crate) detail: String,
+    /// Not injected, and why.
+    pub(crate) skipped: Option<String>,
+    /// Injection itself failed (a check fails).
+    pub(crate) error: Option<String>,
+}
+
+/// Runs the faults in order, each at its time (or when the previous one is
+/// over, if later). Windows run in the background; point faults in sequence.
+/// `restart_pg` / `restart_mq`: the restart command, or why it is skipped.
+pub(crate) async fn inject_all(
+    shared: Arc<Shared>,
+    faults: Vec<Planned>,
+    restart_pg: Result<String, String>,
+    restart_mq: Result<String, String>,
+) -> Vec<FaultRecord> {
+    let mut records = Vec::new();
+    let mut windows = Vec::new();
+    for f in faults {
+        tokio::time::sleep_until((shared.t0 + f.at).into()).await;
+        match f.kind {
+            FaultKind::ReceiverDown | FaultKind::Receiver500 => {
+                let shared = shared.clone();
+                windows.push(tokio::spawn(async move { window(&shared, &f).await }));
+            }
+            FaultKind::RestartPostgres => records.push(restart(&shared, &f, &restart_pg).await),
+            FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &restart_mq).await),
+            FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => records.push(kill(&shared, &f).await),
+        }
+    }
+    for w in windows {
+        if let Ok(r) = w.await {
+            records.push(r);
+        }
+    }
+    records.sort_by_key(|r| r.at);
+    records
+}
+
+/// Restarts RabbitMQ or PostgreSQL with `cmd` (the seconds to stay stopped
+/// are its last argument), or records why it is skipped.
+async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> FaultRecord {
+    let kind = f.kind;
+    let at = shared.t0.elapsed();
+    let mut rec = FaultRecord { kind, at, ended: at, detail: String::new(), skipped: None, error: None };
+    let cmd = match cmd {
+        Ok(c) => c,
+        Err(why) => {
+            rec.skipped = Some(why.clone());
+            println!("chaos: {} {}: SKIPPED ({why})", fmt_t(at), kind.label());
+            return rec;
+        }
+    };
+    println!("chaos: {} {} ...", fmt_t(at), kind.label());
+    shared.started[&kind].send_replace(true);
+    // The command gets the seconds to stay stopped as its last argument.
+    let cmd = format!("{cmd} {:.1}", f.length.as_secs_f64());
+    let out = tokio::time::timeout(
+        Duration::from_secs(180),
+        tokio::process::Command::new("bash").args(["-c", &cmd]).stdin(Stdio::null()).output(),
+    )
+    .await;
+    rec.ended = shared.t0.elapsed();
+    match out {
+        Ok(Ok(o)) if o.status.success() => {
+            rec.detail =
+                format!("stopped, kept down {:.1} s, started again; {:.1} s in all", f.length.as_secs_f64(), (rec.ended - at).as_secs_f64())
+        }
+        Ok(Ok(o)) => rec.error = Some(format!("restart command failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim())),
+        Ok(Err(e)) => rec.error = Some(format!("restart command did not run: {e}")),
+        Err(_) => rec.error = Some("restart command took more than 180 s".into()),
+    }
+    println!("chaos: {} {}: {}", fmt_t(rec.ended), kind.label(), rec.error.as_deref().unwrap_or(&rec.detail));
+    rec
+}
+
+/// SIGKILLs a service once it has work in flight (the transcoder a job, the
+/// dispatcher an open request), keeps it down for the planned time, and
+/// starts it again.
+async fn kill(shared: &Shared, f: &Planned) -> FaultRecord {
+    let name: &'static str = match f.kind {
+        FaultKind::KillApi => "api",
+        FaultKind::KillTranscoder => "transcoder",
+        _ => "webhook-dispatcher",
+    };
+    let detail = match f.kind {
+        FaultKind::KillTranscoder => wait_for_job(shared, f.kind).await,
+        FaultKind::KillDispatcher => hold_an_attempt(shared, f.kind).await,
+        _ => String::new(),
+    };
+    shared.started[&f.kind].send_replace(true);
+    let at = shared.t0.elapsed();
+    shared.stack.lock().await.kill(name);
+    println!("chaos: {} SIGKILL {name} {detail}", fmt_t(at));
+    tokio::time::sleep(f.length).await;
+    let error = respawn(shared, name).await;
+    let ended = shared.t0.elapsed();
+    println!("chaos: {} restarted {name} (down {:.1} s)", fmt_t(ended), (ended - at).as_secs_f64());
+    FaultRecord {
+        kind: f.kind,
+        at,
+        ended,
+        detail: format!("{detail}; restarted after {:.1} s", (ended - at).as_secs_f64()),
+        skipped: None,
+        error,
+    }
+}
+
+/// Waits (at most 60 s) until the transcoder holds a job: its work dir has
+/// `<operation id>/`. Answers what the kill met.
+async fn wait_for_job(shared: &Shared, kind: FaultKind) -> String {
+    let work = shared.stack.lock().await.transcoder_work_dir();
+    shared.started[&kind].send_replace(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let job = std::fs::read_dir(&work)
+            .ok()
+            .and_then(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| n.starts_with("op_")));
+        if let Some(op) = job {
+            return format!("mid-job ({op} in its work dir)");
+        }
+        if Instant::now() > deadline {
+            return "no job in flight within 60 s: killed idle".into();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Holds the next webhook request at either proxy (at most 60 s), so the
+/// dispatcher is killed while it is open. Answers what the kill met.
+async fn hold_an_attempt(shared: &Shared, kind: FaultKind) -> String {
+    let mut rxs = Vec::new();
+    for p in &shared.proxies {
+        let (tx, rx) = oneshot::channel();
+        p.state.lock().unwrap().hold = Some(tx);
+        rxs.push(Box::pin(rx));
+    }
+    shared.started[&kind].send_replace(true);
+    let first = tokio::time::timeout(Duration::from_secs(60), futures::future::select_all(rxs)).await;
+    for p in &shared.proxies {
+        p.state.lock().unwrap().hold = None;
+    }
+    match first {
+        Ok((Ok(event), i, _)) => format!("mid-attempt (delivery of {event} held open at proxy {})", shared.proxies[i].name),
+        _ => "no attempt in flight within 60 s: killed idle".into(),
+    }
+}
+
+/// Starts the killed service again and waits (at most 120 s) for its health
+/// URL (the dispatcher has none here); answers the error when it stays down.
+async fn respawn(shared: &Shared, name: &'static str) -> Option<String> {
+    let mut stack = shared.stack.lock().await;
+    stack.spawn(name);
+    if let Some(pid) = stack.pid(name) {
+        record_pid(&shared.pids, pid);
+    }
+    let health = match name {
+        "api" => Some(format!("{}/healthz", stack.api_url)),
+        "transcoder" => stack.env_value("VID__TRANSCODER__HEALTH_LISTEN").map(|a| format!("http://{a}/readyz")),
+        _ => None,
+    };
+    let url = health?;
+    if wait_200(&url, Duration::from_secs(120)).await {
+        None
+    } else {
+        Some(format!("the restarted {name} did not answer 200 on {url} within 120 s"))
+    }
+}
+
+/// A receiver window: A down (process killed, port closed) or B answering
+/// 500 at its proxy, for the planned time.
+async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
+    let at = shared.t0.elapsed();
+    let mut error = None;
+    match f.kind {
+        FaultKind::ReceiverDown => {
+            let proxy = &shared.proxies[0];
+            proxy.down();
+            shared.receivers.lock().await[0].kill();
+            println!("chaos: {} receiver A down (process SIGKILLed, port closed) for {:.0} s", fmt_t(at), f.length.as_secs_f64());
+            shared.started[&f.kind].send_replace(true);
+            tokio::time::sleep(f.length).await;
+            if let Err(e) = shared.receivers.lock().await[0].start().await {
+                error = Some(format!("receiver A did not come back: {e:#}"));
+            }
+            if let Err(e) = proxy.up().await {
+                error = Some(format!("proxy A did not come back: {e:#}"));
+            }
+        }
+        _ => {
+            let proxy = &shared.proxies[1];
+            proxy.state.lock().unwrap().fail_500 = true;
+            println!("chaos: {} receiver B answers 500 for {:.0} s", fmt_t(at), f.length.as_secs_f64());
+            shared.started[&f.kind].send_replace(true);
+            tokio::time::sleep(f.length).await;
+            proxy.state.lock().unwrap().fail_500 = false;
+        }
+    }
+    let ended = shared.t0.elapsed();
+    println!("chaos: {} {} over", fmt_t(ended), f.kind.label());
+    FaultRecord { kind: f.kind, at, ended, detail: format!("for {:.1} s", (ended - at).as_secs_f64()), skipped: None, error }
+}
