@@ -5,7 +5,8 @@ use base64::Engine as _;
 use ring::hmac;
 
 use crate::headers::names;
-use crate::{Scheme, Secret};
+use crate::scheme::Scheme;
+use crate::secret::Secret;
 
 /// The bytes covered by a `webhook-signature` (our format) signature:
 /// `"<timestamp text>.<raw body>"`.

@@ -6,9 +6,10 @@ use base64::Engine as _;
 use ring::hmac;
 
 use crate::headers::{names, Headers};
+use crate::scheme::Scheme;
+use crate::secret::Secret;
 use crate::secret::BASE64_LENIENT;
 use crate::sign::{ours_signed_content, standard_signed_content};
-use crate::{Scheme, Secret};
 
 /// Timestamps above this value (10^11) are reported as
 /// [`VerifyError::TimestampInMilliseconds`]: as seconds they would be after

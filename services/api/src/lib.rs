@@ -131,8 +131,8 @@ impl Application {
                 // gets its request id and is counted under its route pattern.
                 // Innermost: routes HEAD as GET (the metrics and the 405
                 // rewrite still see the client's method).
-                .wrap(actix_web::middleware::from_fn(error::head_as_get))
-                .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::method_not_allowed))
+                .wrap(actix_web::middleware::from_fn(error::methods::head_as_get))
+                .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::methods::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
                 .wrap(actix_web::middleware::from_fn(openapi::docs_headers))
                 // On every answer that does not set its own (the console and
@@ -160,7 +160,7 @@ impl Application {
                 .configure(console::configure)
                 // A path no resource matches. A known path with a method it
                 // does not support is answered by its resource instead: `405`
-                // with `Allow`, made a problem by `error::method_not_allowed`.
+                // with `Allow`, made a problem by `error::methods::method_not_allowed`.
                 .default_service(web::to(|| async { ApiError::new(codes::NOT_FOUND, "no such route").error_response() }))
         })
         .shutdown_timeout(30)

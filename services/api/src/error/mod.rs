@@ -3,12 +3,12 @@
 //!
 //! Every answer that is not a success goes through here: handler errors,
 //! the framework's extractor errors (JSON, path, query; see `lib.rs`), the
-//! `405` middleware ([`method_not_allowed`]) and the `429`s with
+//! `405` middleware ([`methods::method_not_allowed`]) and the `429`s with
 //! `Retry-After`. Codes and their statuses come from [`codes`], the registry
 //! the OpenAPI document reads too.
 
 pub mod codes;
-mod methods;
+pub mod methods;
 pub mod responses;
 
 use actix_web::http::header::{self, HeaderValue};
@@ -17,7 +17,6 @@ use actix_web::{HttpResponse, ResponseError};
 use vid_core::problem::{Problem, PROBLEM_JSON};
 
 pub use codes::Code;
-pub use methods::{head_as_get, method_not_allowed};
 
 /// Every error a handler can return. Each maps to one registered code and its status.
 #[derive(Debug, thiserror::Error)]

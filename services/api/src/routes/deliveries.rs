@@ -21,8 +21,8 @@ use vid_webhooks::Secret;
 
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
-use crate::routes::page;
-use crate::routes::parse_id;
+use crate::routes::common::page;
+use crate::routes::common::parse_id;
 use crate::state::AppState;
 use crate::store::deliveries::{self as store, DeliveryFilter};
 use crate::store::endpoints::{self as endpoints, EndpointRow};
@@ -162,7 +162,7 @@ fn delivery_filter(query: &DeliveriesQuery) -> ApiResult<DeliveryFilter> {
     security(("api_key" = [])),
     params(("id" = EndpointId, Path, description = "The webhook endpoint."), ("status" = Option<String>, Query, description = "`pending`, `succeeded`, `failed` or `paused`."), ("event_type" = Option<EventType>, Query, description = "Only deliveries of this event type."), ("limit" = Option<i64>, Query, description = "Page size; clamped to 1–100 (default 20)."), ("cursor" = Option<DeliveryId>, Query, description = "The `next_cursor` of the previous page.")),
     responses(
-        (status = 200, description = "A page of deliveries, newest first, each with its attempts.", body = crate::routes::Page<DeliveryView>),
+        (status = 200, description = "A page of deliveries, newest first, each with its attempts.", body = crate::routes::common::Page<DeliveryView>),
         (status = 400, response = crate::error::responses::BadRequest),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 404, response = crate::error::responses::NotFound),
@@ -177,7 +177,7 @@ async fn list_deliveries(
 ) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     load(&state, &tenant, &id).await?;
-    let limit = crate::routes::page_size(query.limit);
+    let limit = crate::routes::common::page_size(query.limit);
     let filter = delivery_filter(&query)?;
     let mut conn = state.db.get().await?;
     let rows = store::list(&mut conn, &tenant.id, &id, &filter, limit + 1).await?;

@@ -12,7 +12,7 @@ use vid_webhooks::Secret;
 
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
-use crate::routes::parse_id;
+use crate::routes::common::parse_id;
 use crate::state::AppState;
 use crate::store::endpoints::{self as store, health_of, EndpointChangeset, EndpointRow, NewEndpoint};
 
@@ -38,7 +38,7 @@ async fn check_url(state: &AppState, url: &str) -> ApiResult<String> {
 pub const MAX_DESCRIPTION_BYTES: usize = 1024;
 
 /// A description is free text of at most [`MAX_DESCRIPTION_BYTES`] without
-/// characters unsafe to display ([`crate::routes::unsafe_to_display`]:
+/// characters unsafe to display ([`crate::routes::common::unsafe_to_display`]:
 /// controls, so also no tab or line break; bidi overrides such as U+202E and
 /// zero-width characters; line/paragraph separators). Refused: 422
 /// `invalid_description`. Checked here
@@ -47,7 +47,7 @@ fn check_description(d: &str) -> ApiResult<()> {
     if d.len() > MAX_DESCRIPTION_BYTES {
         return Err(ApiError::new(codes::INVALID_DESCRIPTION, format!("description is limited to {MAX_DESCRIPTION_BYTES} bytes")));
     }
-    if let Some(c) = d.chars().find(|c| crate::routes::unsafe_to_display(*c)) {
+    if let Some(c) = d.chars().find(|c| crate::routes::common::unsafe_to_display(*c)) {
         return Err(ApiError::new(
             codes::INVALID_DESCRIPTION,
             format!("description may not contain control, format or line/paragraph separator characters (found U+{:04X})", u32::from(c)),

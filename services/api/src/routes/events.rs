@@ -10,7 +10,7 @@ use vid_core::EventId;
 
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
-use crate::routes::{page, parse_id};
+use crate::routes::common::{page, parse_id};
 use crate::state::AppState;
 use crate::store;
 
@@ -41,7 +41,7 @@ pub struct EventsQuery {
 impl EventsQuery {
     /// The page size, clamped to 1–100.
     pub fn limit(&self) -> i64 {
-        crate::routes::page_size(self.limit)
+        crate::routes::common::page_size(self.limit)
     }
 }
 
@@ -156,7 +156,7 @@ or whole Unix seconds.",
 Send the same filters again."),
     ),
     responses(
-        (status = 200, description = "A page of events, newest first; each element of `data` is the stored event verbatim.", body = crate::routes::Page<Event>),
+        (status = 200, description = "A page of events, newest first; each element of `data` is the stored event verbatim.", body = crate::routes::common::Page<Event>),
         (status = 400, response = crate::error::responses::BadRequest),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 503, response = crate::error::responses::Unavailable),

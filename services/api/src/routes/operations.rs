@@ -8,8 +8,7 @@ use crate::auth::Tenant;
 use crate::domain::operation::{self, Applied, Transition};
 use crate::error::{codes, ApiError, ApiResult};
 // Kept for the delivery routes, which still name it here.
-pub use crate::routes::page;
-use crate::routes::{page_size, parse_id, Page};
+use crate::routes::common::{page, page_size, parse_id, Page};
 use crate::state::AppState;
 use crate::store::{self, operations::OperationRow};
 
@@ -204,7 +203,7 @@ async fn wait_operation(
 ) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
     let id: OperationId = parse_id(&path)?;
-    let body = crate::routes::read_body(payload, crate::routes::MAX_JSON_BODY_BYTES).await?;
+    let body = crate::routes::common::read_body(payload, crate::routes::common::MAX_JSON_BODY_BYTES).await?;
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
         WaitOperation::default()
     } else {

@@ -8,7 +8,7 @@ use vid_core::VideoId;
 
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
-use crate::routes::{page, page_size, parse_id};
+use crate::routes::common::{page, page_size, parse_id};
 use crate::state::AppState;
 use crate::storage;
 use crate::store::{self, operations::VideoRow};
@@ -77,7 +77,7 @@ pub struct VideosQuery {
     security(("api_key" = [])),
     params(VideosQuery),
     responses(
-        (status = 200, description = "A page of videos, newest first, without download URLs.", body = crate::routes::Page<Video>),
+        (status = 200, description = "A page of videos, newest first, without download URLs.", body = crate::routes::common::Page<Video>),
         (status = 400, response = crate::error::responses::BadRequest),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 503, response = crate::error::responses::Unavailable),

@@ -7,12 +7,12 @@ use chrono::Utc;
 use vid_core::upload::{CompleteUpload, CompletedPart, StoredPart, UploadStatus};
 use vid_core::{OperationId, UploadId};
 
-use super::{accepted, load_upload, part_range, refusal, MAX_COMPLETE_BODY_BYTES};
+use super::shared::{accepted, load_upload, part_range, refusal, MAX_COMPLETE_BODY_BYTES};
 use crate::auth::Tenant;
 use crate::domain::upload::{self, Finalized};
 use crate::error::{codes, ApiError, ApiResult};
+use crate::routes::common::parse_id;
 use crate::routes::operations::operation_location;
-use crate::routes::parse_id;
 use crate::state::AppState;
 use crate::storage;
 use crate::store::{self, uploads::UploadRow};
@@ -88,7 +88,7 @@ pub async fn complete_upload(
 /// and `null` means no part list. Errors ([`crate::error::json_error`]):
 /// `400 invalid_json`, `413 body_too_large` or `415 unsupported_media_type`.
 async fn complete_body(http: &HttpRequest, payload: web::Payload) -> ApiResult<CompleteUpload> {
-    let bytes = crate::routes::read_body(payload, MAX_COMPLETE_BODY_BYTES).await?;
+    let bytes = crate::routes::common::read_body(payload, MAX_COMPLETE_BODY_BYTES).await?;
     if bytes.is_empty() {
         return Ok(CompleteUpload::default());
     }

@@ -7,7 +7,7 @@ use chrono::Utc;
 use vid_core::upload::{CreateUpload, CreatedUpload, UploadStatus};
 use vid_core::UploadId;
 
-use super::{is_valid_filename, normalize_content_type, source_key, TOO_MANY_UPLOADS_RETRY_AFTER_SECONDS};
+use super::shared::{is_valid_filename, normalize_content_type, source_key, TOO_MANY_UPLOADS_RETRY_AFTER_SECONDS};
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
 use crate::state::AppState;

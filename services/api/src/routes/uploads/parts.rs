@@ -7,10 +7,10 @@ use chrono::Utc;
 use vid_core::upload::{SignParts, SignedParts, UploadState, UploadStatus};
 use vid_core::UploadId;
 
-use super::{load_upload, missing_parts, part_range, refusal};
+use super::shared::{load_upload, missing_parts, part_range, refusal};
 use crate::auth::Tenant;
 use crate::error::{codes, ApiError, ApiResult};
-use crate::routes::parse_id;
+use crate::routes::common::parse_id;
 use crate::state::AppState;
 use crate::storage;
 use crate::store;
