@@ -6,11 +6,13 @@
 //!   confirmed publisher;
 //! - [`storage`]: the aws-sdk-s3 client, configured for self-hosted S3 stores;
 //! - [`telemetry`]: tracing set-up (pretty in development, JSON in production);
-//! - [`metrics`]: the Prometheus recorder behind the `metrics` facade.
+//! - [`metrics`]: the Prometheus recorder behind the `metrics` facade;
+//! - [`startup`]: bounded waits for a dependency at start-up.
 
 pub mod amqp;
 pub mod metrics;
 pub mod settings;
+pub mod startup;
 pub mod storage;
 pub mod telemetry;
 
