@@ -98,7 +98,8 @@ standins() {
 build_service() {
     local svc="$1"
     log "building localhost/vid/$svc:$TAG (deploy/Dockerfile --target $svc)"
-    podman build --pull=never --network host \
+    # docker format: OCI images have no HEALTHCHECK, the Dockerfile's would be dropped.
+    podman build --pull=never --network host --format docker \
         --build-arg RUST_IMAGE="$BASE_RUST" --build-arg RUNTIME_IMAGE="$BASE_RUNTIME" \
         -f deploy/Dockerfile --target "$svc" -t "localhost/vid/$svc:$TAG" . \
         >"$CACHE/build-$svc.log" 2>&1 || { tail -40 "$CACHE/build-$svc.log" >&2; return 1; }
@@ -112,7 +113,7 @@ check_image() {
     user="$(podman image inspect --format '{{.Config.User}}' "$img")"
     # As root inside the image only to read it: dpkg's view plus a filesystem scan.
     out="$(podman run --rm --pull=never --user 0 --entrypoint bash "$img" -c '
-        dpkg-query -W -f="\${Package}\n" | grep -E "^(gcc|g\+\+|cpp|clang|llvm|libc6-dev|libclang|binutils|make|pkg-config|rustc|cargo)|-dev$" | sed "s/^/package: /"
+        dpkg-query -W -f="\${Package}\n" | grep -E "^((gcc|g\+\+|cpp|clang|llvm)(-[0-9]+)?|libclang.*|binutils.*|libc6-dev|make|pkg-?conf(ig)?|rustc|cargo)$|-dev$" | sed "s/^/package: /"
         for t in cc gcc g++ clang ld as rustc cargo make; do command -v "$t" >/dev/null && echo "tool: $t"; done
         [ -d /usr/include ] && find /usr/include -name "*.h" | head -3 | sed "s/^/header: /"
         ldd /usr/local/bin/* | grep "not found" | sed "s/^/missing lib: /"
