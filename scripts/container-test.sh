@@ -42,14 +42,19 @@ trap cleanup EXIT
 # run NAME IMAGE [podman flags...] -- [args...]: a detached container with the
 # k8s securityContext of k8s/base (runAsUser 10001, readOnlyRootFilesystem,
 # capabilities drop ALL, allowPrivilegeEscalation false), on the host network.
+# --no-healthcheck: the Dockerfile's HEALTHCHECK probes the default ports
+# (8080/9101/9102), which this test moves off the `make up` services' ports (on
+# the shared loopback it would probe those), and podman schedules healthchecks
+# only under systemd; the k8s probes are what kube-test.sh drives.
 run() {
     local name="vidct-$CT_ID-$1" image="localhost/vid/$2:$TAG"; shift 2
     local flags=()
     while [ "$#" -gt 0 ] && [ "$1" != -- ]; do flags+=("$1"); shift; done
     [ "$#" -gt 0 ] && shift
     podman run -d --pull=never --name "$name" --network host "${PODMAN_ULIMITS[@]}" \
-        --user 10001:10001 --read-only --read-only-tmpfs=false --cap-drop ALL \
-        --security-opt no-new-privileges --env-file "$ENV_FILE" "${flags[@]}" "$image" "$@" >/dev/null
+        --no-healthcheck --user 10001:10001 --read-only --read-only-tmpfs=false --cap-drop ALL \
+        --security-opt no-new-privileges --env-file "$ENV_FILE" "${flags[@]}" "$image" "$@" \
+        >/dev/null 2>>"$CT_LOGS/podman.log" || ct_fail "podman run $name: $(tail -3 "$CT_LOGS/podman.log")"
     echo "$name"
 }
 exit_code() { podman inspect -f '{{.State.ExitCode}}' "$1"; }
@@ -66,7 +71,7 @@ wait_exit() {   # wait_exit NAME SECONDS: the container's exit code once it stop
 # shut down by itself.
 sigterm() {
     local t0=$SECONDS code
-    podman stop -t "$2" "$1" >/dev/null
+    podman stop -t "$2" "$1" >/dev/null 2>>"$CT_LOGS/podman.log"
     code="$(exit_code "$1")"
     [ "$code" = 0 ] || ct_fail "$1 exited $code after SIGTERM (137 = killed at the end of the $2 s grace period)"
     ct_log "SIGTERM $1: exit 0 after $((SECONDS - t0)) s"
@@ -151,7 +156,7 @@ step_sigterm() {
     [ "$code" = 200 ] && [ "$(jq -r .operation.id "$CT_LOGS/wait.json")" = "$op3" ] || ct_fail ":wait during shutdown answered $code: $(cat "$CT_LOGS/wait.json")"
     ct_log "the :wait open during the api's SIGTERM got a complete 200 (operation $(jq -r .operation.status "$CT_LOGS/wait.json"), reason $(jq -r .reason "$CT_LOGS/wait.json"))"
     # Everything back: the pending job runs, events raised meanwhile are delivered once.
-    podman start "$API" "$TRANSCODER" "$DISPATCHER" >/dev/null
+    podman start "$API" "$TRANSCODER" "$DISPATCHER" >/dev/null 2>>"$CT_LOGS/podman.log"
     ct_wait_status "$CT_API/readyz" 200 120 || ct_fail "api not ready after restart"
     ct_wait_op "$op3" succeeded 300
     ct_ready_webhook "$(ct_video_of "$op2")" 120
