@@ -12,7 +12,7 @@
 #   localhost/vid-base/rust:1.95-bookworm     that + gcc/g++/make/git + this machine's Rust toolchain
 #                                             (deploy/local/images/rust-builder.Containerfile)
 #   localhost/vid-local/clamav:1.4.6          stand-in for clamav/clamav (deploy/local/images/clamav.Containerfile)
-# The Dockerfile takes them as build arguments (RUST_IMAGE, RUNTIME_IMAGE); its
+# The Dockerfile takes them as build arguments (RUST_IMAGE/RUST_TAG, RUNTIME_IMAGE/RUNTIME_TAG); its
 # defaults stay the production ones. apt inside the build reaches Debian's
 # archive only; cargo reaches crates.io only; no image is pulled (--pull=never).
 set -Eeuo pipefail
@@ -100,7 +100,8 @@ build_service() {
     log "building localhost/vid/$svc:$TAG (deploy/Dockerfile --target $svc)"
     # docker format: OCI images have no HEALTHCHECK, the Dockerfile's would be dropped.
     podman build --pull=never --network host --format docker \
-        --build-arg RUST_IMAGE="$BASE_RUST" --build-arg RUNTIME_IMAGE="$BASE_RUNTIME" \
+        --build-arg RUST_IMAGE="${BASE_RUST%:*}" --build-arg RUST_TAG="${BASE_RUST##*:}" \
+        --build-arg RUNTIME_IMAGE="${BASE_RUNTIME%:*}" --build-arg RUNTIME_TAG="${BASE_RUNTIME##*:}" \
         -f deploy/Dockerfile --target "$svc" -t "localhost/vid/$svc:$TAG" . \
         >"$CACHE/build-$svc.log" 2>&1 || { tail -40 "$CACHE/build-$svc.log" >&2; return 1; }
 }
@@ -112,7 +113,7 @@ check_image() {
     size="$(podman image inspect --format '{{.Size}}' "$img")"
     user="$(podman image inspect --format '{{.Config.User}}' "$img")"
     # As root inside the image only to read it: dpkg's view plus a filesystem scan.
-    out="$(podman run --rm --pull=never --user 0 --entrypoint bash "$img" -c '
+    out="$(podman run --rm --pull=never --no-healthcheck --user 0 --entrypoint bash "$img" -c '
         dpkg-query -W -f="\${Package}\n" | grep -E "^((gcc|g\+\+|cpp|clang|llvm)(-[0-9]+)?|libclang.*|binutils.*|libc6-dev|make|pkg-?conf(ig)?|rustc|cargo)$|-dev$" | sed "s/^/package: /"
         for t in cc gcc g++ clang ld as rustc cargo make; do command -v "$t" >/dev/null && echo "tool: $t"; done
         [ -d /usr/include ] && find /usr/include -name "*.h" | head -3 | sed "s/^/header: /"
