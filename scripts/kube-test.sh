@@ -19,6 +19,10 @@ set -Eeuo pipefail
 shopt -s inherit_errexit
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# kubectl from the machine, else the one scripts/validate-deploy.sh installs (it runs first in make test).
+KUBECTL="$(command -v kubectl || echo "$ROOT/.local/venv/bin/kubectl")"
+# A python3 with PyYAML: the machine's, else validate-deploy's venv.
+PY=python3; python3 -c "import yaml" 2>/dev/null || PY="$ROOT/.local/venv/bin/python"
 # shellcheck source=scripts/podman-env.sh
 source scripts/podman-env.sh
 # shellcheck disable=SC1091
@@ -70,8 +74,8 @@ secretGenerator:
       - s3-secret-access-key=$VID__S3__SECRET_ACCESS_KEY
       - webhooks-secret-key=$(printf 'kube-test-%s' "$CT_ID" | sha256sum | cut -c1-64)
 EOF
-    kubectl kustomize "$RUN" >"$RUN/rendered.yaml"
-    python3 scripts/kube-split.py "$RUN/rendered.yaml" "$RUN"
+    "$KUBECTL" kustomize "$RUN" >"$RUN/rendered.yaml"
+    "$PY" scripts/kube-split.py "$RUN/rendered.yaml" "$RUN"
     local f name
     for f in "$RUN"/secret-*.json; do
         name="$(basename "$f" .json)"; name="${name#secret-}"

@@ -13,6 +13,10 @@
 set -Eeuo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# kubectl from the machine, else the one scripts/validate-deploy.sh installs (it runs first in make test).
+KUBECTL="$(command -v kubectl || echo "$ROOT/.local/venv/bin/kubectl")"
+# A python3 with PyYAML: the machine's, else validate-deploy's venv.
+PY=python3; python3 -c "import yaml" 2>/dev/null || PY="$ROOT/.local/venv/bin/python"
 KIT=k8s/monitoring
 OUT=.local/ops-kit
 mkdir -p "$OUT"
@@ -25,7 +29,7 @@ if ! command -v promtool >/dev/null; then
     fi
 fi
 
-python3 - "$KIT" "$OUT" <<'PY'
+"$PY" - "$KIT" "$OUT" <<'PY'
 import json, re, sys, yaml
 kit, out = sys.argv[1], sys.argv[2]
 rule = yaml.safe_load(open(f"{kit}/prometheusrule.yaml"))
@@ -58,6 +62,6 @@ print(f"ops-kit: dashboard: {len(dash['panels'])} panels, {len(rules)} queries, 
 PY
 cp "$KIT/rules-test.yaml" "$OUT/rules-test.yaml"
 (cd "$OUT" && promtool check rules vid-rules.yaml dashboard-queries.yaml && promtool test rules rules-test.yaml)
-kubectl kustomize "$KIT" >"$OUT/rendered.yaml"
+"$KUBECTL" kustomize "$KIT" >"$OUT/rendered.yaml"
 grep -q '^kind: PrometheusRule' "$OUT/rendered.yaml" && grep -q 'grafana_dashboard: "1"' "$OUT/rendered.yaml"
 echo "ops-kit: OK (promtool $(promtool --version 2>&1 | head -1 | awk '{print $3}'))"
