@@ -169,6 +169,7 @@ ct_ready_webhook() {
     [ "$n" = 1 ] || ct_fail "$n video.ready events recorded for $1, want exactly 1"
 }
 
+# rabbitmqctl reads stdin: without </dev/null it swallows the rest of the list.
 ct_cleanup_shared() {
     local pid
     for pid in "${CT_PIDS[@]}"; do
@@ -178,5 +179,5 @@ ct_cleanup_shared() {
     ct_psql -d postgres -c "DROP DATABASE IF EXISTS \"$CT_DB\" WITH (FORCE)" 2>/dev/null || true
     ct_psql -d postgres -c "DROP DATABASE IF EXISTS \"$CT_RECEIVER_DB\" WITH (FORCE)" 2>/dev/null || true
     timeout 60 rabbitmqctl -q list_queues name 2>/dev/null | grep -E "^($CT_PREFIX\.|$CT_RECEIVER_QUEUE)" |
-        while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" >/dev/null 2>&1 || true; done || true
+        while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" </dev/null >/dev/null 2>&1 || true; done || true
 }
