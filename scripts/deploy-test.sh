@@ -7,7 +7,7 @@
 # Each part runs even when an earlier one failed (the container tests need the images).
 set -Euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
+cd "$ROOT" || exit 1
 failed=()
 part() {
     local t0=$SECONDS
