@@ -57,3 +57,11 @@ lint: ## clippy with warnings as errors
 
 clean-test-dbs: ## drop the databases tests created
 	scripts/test.sh --clean-only
+
+.PHONY: images container-test
+images: ## the service images from deploy/Dockerfile with Podman (base images made here, cached in .local/images)
+	scripts/images.sh
+
+container-test: build images ## the images and the k8s manifests (podman kube play) run against the local stack
+	scripts/container-test.sh
+	scripts/kube-test.sh

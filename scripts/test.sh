@@ -44,6 +44,8 @@ step scripts/fuzz-api.sh
 # The small chaos run (kills, broker and database restarts, receivers down) on its own
 # private PostgreSQL and RabbitMQ, so the shared ones are never restarted.
 [ -x scripts/chaos.sh ] && step scripts/chaos.sh --small
+# The images built with Podman and run as k8s runs them, then the manifests through podman kube play.
+step scripts/deploy-test.sh
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
 step cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
 if [ "${#failed[@]}" -gt 0 ]; then

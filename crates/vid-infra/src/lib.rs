@@ -8,11 +8,13 @@
 //! - [`telemetry`]: tracing set-up (pretty in development, JSON in production);
 //! - [`metrics`]: the Prometheus recorder behind the `metrics` facade;
 //! - [`exit`]: how a service's `main` ends (an error as one line, no backtrace).
+//! - [`startup`]: bounded waits for a dependency at start-up.
 
 pub mod amqp;
 pub mod exit;
 pub mod metrics;
 pub mod settings;
+pub mod startup;
 pub mod storage;
 pub mod telemetry;
 

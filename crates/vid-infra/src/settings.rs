@@ -63,6 +63,15 @@ pub struct DatabaseSettings {
     pub url: SecretString,
     /// Maximum pooled connections per process.
     pub pool_size: usize,
+    /// Seconds a service keeps retrying at start-up while PostgreSQL is
+    /// unreachable (see [`crate::startup::wait_for`]) before it exits with the
+    /// error; 0 tries once.
+    #[serde(default = "default_startup_wait_seconds")]
+    pub startup_wait_seconds: u64,
+}
+
+fn default_startup_wait_seconds() -> u64 {
+    60
 }
 
 /// `[amqp]`: RabbitMQ.

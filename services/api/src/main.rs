@@ -51,13 +51,13 @@ async fn run() -> anyhow::Result<()> {
     match command {
         Command::Serve => {
             tracing::info!(profile = %vid_infra::settings::profile(), settings = ?settings, "starting api");
-            vid_db::migrate(settings.database.url.expose_secret()).await?;
+            migrate_when_reachable(&settings).await?;
             let app = Application::build(settings)?;
             tracing::info!(port = app.port(), "listening");
             app.run().await
         }
         Command::Migrate => {
-            let applied = vid_db::migrate(settings.database.url.expose_secret()).await?;
+            let applied = migrate_when_reachable(&settings).await?;
             println!("applied {} migration(s): {}", applied.len(), applied.join(", "));
             Ok(())
         }
@@ -71,6 +71,13 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::StorageSetup => storage_setup(&settings).await,
     }
+}
+
+/// Applies pending migrations, retrying for `database.startup_wait_seconds`
+/// while PostgreSQL is unreachable (a container may start before its database).
+async fn migrate_when_reachable(settings: &Settings) -> anyhow::Result<Vec<String>> {
+    let limit = std::time::Duration::from_secs(settings.database.startup_wait_seconds);
+    vid_infra::startup::wait_for("PostgreSQL", limit, || vid_db::migrate(settings.database.url.expose_secret())).await
 }
 
 async fn storage_setup(settings: &Settings) -> anyhow::Result<()> {
