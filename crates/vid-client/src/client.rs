@@ -117,15 +117,8 @@ pub struct Accepted {
     pub location: String,
 }
 
-/// A page of a list endpoint.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct Page<T> {
-    /// Items, newest first.
-    pub data: Vec<T>,
-    /// Cursor of the next page.
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
+/// A page of a list endpoint: `{data, next_cursor}`, the wire type itself.
+pub use vid_core::Page;
 
 /// Filters of `GET /events` ([`Client::list_events`]); `Default` is no filter.
 ///

@@ -3,8 +3,9 @@
 //!
 //! Request and answer types come from `vid-core` where it defines them
 //! ([`Endpoint`], [`EventType`], [`SignatureFormat`], the ids). The answers of
-//! `:rotate-secret`, `/deliveries` and `:retry` have no `vid-core` type yet, so
-//! they are returned as JSON rather than as structs copied from the api.
+//! `:rotate-secret` has no `vid-core` type yet. `/deliveries` and `:retry`
+//! answer `vid_core::delivery::DeliveryView`s, which this SDK still returns as
+//! JSON (as `vidctl` prints them); never as structs copied from the api.
 
 use reqwest::Method;
 use serde::ser::SerializeMap;

@@ -5,8 +5,10 @@
 //! - [`Pool`]: a deadpool of diesel-async connections (no libpq needed).
 //! - [`seal`]: AES-256-GCM sealing of webhook secrets at rest.
 //!
-//! Ownership: every table is written by exactly one service (ARCHITECTURE.md,
-//! "Who owns what"); the other may read it.
+//! Ownership: every table, and for the shared delivery tables every column
+//! group, has one writing module (ARCHITECTURE.md, "Who writes what"); the
+//! delivery transitions both the api and the dispatcher perform all go through
+//! the `vid-deliveries` crate.
 
 pub mod schema;
 pub mod seal;

@@ -18,9 +18,8 @@ use std::path::Path;
 pub use graph::LayerRule;
 
 /// The layer rules `make test` enforces: in the api, domain logic
-/// (`domain/`, and `lifecycle` while it lives outside it) and persistence
-/// (`store/`) never import the HTTP layer (`routes/`).
-pub const LAYER_RULES: &[LayerRule] = &[LayerRule { package: "vid-api", from: &["domain", "store", "lifecycle"], never: &["routes"] }];
+/// (`domain/`) and persistence (`store/`) never import the HTTP layer (`routes/`).
+pub const LAYER_RULES: &[LayerRule] = &[LayerRule { package: "vid-api", from: &["domain", "store"], never: &["routes"] }];
 
 /// What is wrong with one crate target (empty: nothing).
 #[derive(Debug, Default)]

@@ -15,8 +15,11 @@ use std::sync::OnceLock;
 
 use actix_web::{web, HttpResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi, ToSchema};
+use utoipa::{Modify, OpenApi};
 
+use crate::error::responses::{
+    BadRequest, Conflict, NotFound, PayloadTooLarge, TooManyRequests, Unauthorized, Unavailable, Unprocessable, UnsupportedMediaType,
+};
 use crate::routes;
 
 /// The name of the bearer security scheme every tenant route requires.
@@ -109,20 +112,6 @@ impl Modify for SecurityAddon {
             ),
         );
     }
-}
-
-// The problem responses live with the error path (no import circle between
-// the handlers and this document); re-exported for the handlers that still
-// name them here.
-pub use crate::error::responses::{
-    BadRequest, Conflict, NotFound, PayloadTooLarge, TooManyRequests, Unauthorized, Unavailable, Unprocessable, UnsupportedMediaType,
-};
-
-/// `GET /webhook-endpoints`: every endpoint of the tenant (not paged), each with its delivery health.
-#[derive(ToSchema)]
-pub struct EndpointList {
-    /// Newest first.
-    pub data: Vec<crate::routes::endpoints::EndpointSummary>,
 }
 
 /// The document as served, built once.
