@@ -66,8 +66,11 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
 }
 
 /// What one [`redrive`] pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Redriven {
+    /// Seconds since the oldest `pending` operation was accepted, at the
+    /// pass's `now` (`oldest_pending_operation_age_seconds`; 0 when none).
+    pub oldest_pending_age_seconds: f64,
     /// Jobs published again (`jobs_redriven_total`).
     pub redriven: usize,
     /// Operations failed as `job_lost` (`operations_job_lost_total`).
@@ -89,7 +92,7 @@ pub async fn redrive(state: &AppState, conn: &mut crate::store::Conn, now: chron
     let published_before = now - chrono::Duration::seconds(o.redrive_after_seconds as i64);
     let lost_before = now - chrono::Duration::seconds(o.job_lost_after_seconds as i64);
     let max_attempt = i32::try_from(o.max_redrives).unwrap_or(i32::MAX - 1) + 1;
-    let mut done = Redriven::default();
+    let mut done = Redriven { oldest_pending_age_seconds: age, ..Default::default() };
     for stale in operations::stale_pending(conn, published_before, max_attempt, lost_before, 100).await? {
         let transition = if stale.job_attempt < max_attempt {
             Transition::Redrive { seen: stale.job_attempt }

@@ -166,9 +166,9 @@ pub struct StalePending {
 }
 
 /// Up to `limit` `pending` operations whose job was last published before
-/// `published_before`, oldest publication first, leaving out those with
-/// `job_attempt > max_attempt` (re-drives used up) not yet created before
-/// `lost_before` (their `job_lost` is not due). Served by the partial index
+/// `published_before`, oldest publication first, leaving out those at
+/// `job_attempt >= max_attempt` (re-drives used up) not created before
+/// `lost_before` (their `job_lost` is not due yet). Served by the partial index
 /// `operations_pending_published`.
 pub async fn stale_pending(
     conn: &mut Conn,
@@ -180,7 +180,7 @@ pub async fn stale_pending(
     operations::table
         .filter(operations::status.eq(OperationStatus::Pending))
         .filter(operations::job_published_at.lt(published_before))
-        .filter(operations::job_attempt.le(max_attempt).or(operations::created_at.lt(lost_before)))
+        .filter(operations::job_attempt.lt(max_attempt).or(operations::created_at.lt(lost_before)))
         .order(operations::job_published_at.asc())
         .limit(limit)
         .select((operations::id, operations::job_attempt, operations::created_at))
