@@ -139,7 +139,8 @@ async fn apply_as(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: Optio
                         return started(conn, &op, run, row.run_id.as_deref()).await;
                     }
                     // A cancelled operation's busy worker is told again, whoever owns it.
-                    if !owner && !(op.status == OperationStatus::Cancelled && matches!(transition, Transition::Progress { .. })) {
+                    let busy_on_cancelled = op.status == OperationStatus::Cancelled && matches!(transition, Transition::Progress { .. });
+                    if !owner && !busy_on_cancelled {
                         return Ok(Applied::NotOwner);
                     }
                 }
