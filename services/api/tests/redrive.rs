@@ -219,9 +219,10 @@ async fn the_latest_started_wins_and_reports_of_other_runs_are_ignored() {
 /// replicas' passes racing).
 #[tokio::test]
 async fn a_stale_pending_job_is_redriven_then_lost_after_max_redrives_and_the_age() {
-    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let short = [("operations.redrive_after_seconds", "5"), ("operations.max_redrives", "2"), ("operations.job_lost_after_seconds", "20")];
+    let api = TestApi::start(&[QUIET_JANITOR, short[0], short[1], short[2]]).await;
     let o = &api.state.settings.operations;
-    assert_eq!((o.redrive_after_seconds, o.max_redrives, o.job_lost_after_seconds), (5, 2, 20), "config/test.toml");
+    assert_eq!((o.redrive_after_seconds, o.max_redrives, o.job_lost_after_seconds), (5, 2, 20));
     let broker = Broker::connect(&api).await;
     let (tenant, client) = tenant_client(&api).await;
     let (op, video) = common::pending_operation(&api, &tenant).await;

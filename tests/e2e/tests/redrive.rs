@@ -101,9 +101,9 @@ async fn a_purged_job_is_redriven_and_the_operation_succeeds() {
     let dir = temp_dir();
     let source = dir.join("clip.mp4");
     make_video(&source, 320, 240, 2.0, "500k");
-    // Janitor every second (test.toml: re-drive after 5 s); job_lost far away, so a slow start cannot end it.
+    // Janitor every second, re-drive after 5 s; job_lost far away (test.toml), so a slow start cannot end it.
     let mut stack =
-        Stack::start(&[("VID__OPERATIONS__JANITOR_INTERVAL_SECONDS", "1"), ("VID__OPERATIONS__JOB_LOST_AFTER_SECONDS", "3600")]).await;
+        Stack::start(&[("VID__OPERATIONS__JANITOR_INTERVAL_SECONDS", "1"), ("VID__OPERATIONS__REDRIVE_AFTER_SECONDS", "5")]).await;
     stack.kill("transcoder");
     let broker = Broker::connect(&stack).await;
     let client = stack.client();
@@ -131,9 +131,8 @@ async fn a_job_delivered_twice_gives_one_transcode_and_one_video_ready() {
     let dir = temp_dir();
     let source = dir.join("clip.mp4");
     make_video(&source, 640, 360, 4.0, "1M");
-    // Janitor every second; re-drive only after 60 s, so a slow transcoder start does not add a third copy.
-    let mut stack =
-        Stack::start(&[("VID__OPERATIONS__JANITOR_INTERVAL_SECONDS", "1"), ("VID__OPERATIONS__REDRIVE_AFTER_SECONDS", "60")]).await;
+    // Janitor every second, at the test profile's re-drive delay (120 s): a healthy run re-drives nothing.
+    let mut stack = Stack::start(&[("VID__OPERATIONS__JANITOR_INTERVAL_SECONDS", "1")]).await;
     stack.kill("transcoder");
     let broker = Broker::connect(&stack).await;
     let client = stack.client();
