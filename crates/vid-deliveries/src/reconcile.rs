@@ -82,9 +82,16 @@ pub const WINDOW: &str = "SELECT created_at, id FROM events \
      WHERE (created_at, id) > ($1, $2) AND created_at < now() - make_interval(secs => $3) \
      ORDER BY created_at, id LIMIT $4";
 const ADVANCE: &str = "UPDATE webhook_reconcile_mark SET created_at = $1, event_id = $2, updated_at = now()";
+/// `now()` is the transaction's start, the same instant the window was cut at.
+/// (A mark already later, after the grace setting grew, stays.)
+const ADVANCE_TO_GRACE: &str = "UPDATE webhook_reconcile_mark \
+     SET created_at = now() - make_interval(secs => $1), event_id = '', updated_at = now() \
+     WHERE created_at < now() - make_interval(secs => $1)";
+const READ_MARK: &str = "SELECT created_at, event_id FROM webhook_reconcile_mark";
 
 /// One batch, in the caller's transaction: locks the mark, fans in up to
-/// `w.batch` events after it, advances it. Returns the events read, what
+/// `w.batch` events after it, advances it (past the last of a full batch;
+/// else to `now() - grace`, since no event before that is left). Returns the events read, what
 /// was created, and the new mark.
 ///
 /// Errors: the database's (the caller's transaction then rolls back: the
@@ -99,12 +106,24 @@ pub async fn batch(conn: &mut AsyncPgConnection, w: Window) -> QueryResult<(usiz
         .bind::<BigInt, _>(w.batch)
         .load(conn)
         .await?;
-    let Some(last) = rows.last() else { return Ok((0, FannedIn::default(), mark.created_at)) };
-    let (at, last_id) = (last.created_at, last.id.clone());
+    let scanned = rows.len();
+    let last = rows.last().map(|r| (r.created_at, r.id.to_string()));
     let ids: Vec<EventId> = rows.into_iter().map(|r| r.id).collect();
     let created = fan_in(conn, &ids).await?;
-    diesel::sql_query(ADVANCE).bind::<Timestamptz, _>(at).bind::<Text, _>(&last_id).execute(conn).await?;
-    Ok((ids.len(), created, at))
+    let mark = match last {
+        // A full batch: more may follow; the mark is the last event passed.
+        Some((at, id)) if scanned as i64 >= w.batch => {
+            diesel::sql_query(ADVANCE).bind::<Timestamptz, _>(at).bind::<Text, _>(&id).execute(conn).await?;
+            at
+        }
+        // The window is exhausted: every event before `now() - grace` is
+        // passed, so the mark moves there (an idle system's mark keeps up).
+        _ => {
+            diesel::sql_query(ADVANCE_TO_GRACE).bind::<Double, _>(w.grace.as_secs_f64()).execute(conn).await?;
+            diesel::sql_query(READ_MARK).get_result::<Mark>(conn).await?.created_at
+        }
+    };
+    Ok((scanned, created, mark))
 }
 
 /// A whole pass: [`batch`] after batch, each in its own transaction, until

@@ -261,11 +261,15 @@ async fn reconciliation_over_100k_events_is_cheap() {
     println!("first pass (no mark yet, all 100000 in the window): {:?}, scanned {}", t.elapsed(), first.scanned);
     assert_eq!((first.scanned, first.deliveries), (100_000, 0), "a healthy history needs nothing");
 
-    let t = Instant::now();
-    let steady = reconcile::pass(&mut conn, window).await.unwrap();
-    let steady_time = t.elapsed();
-    println!("steady pass (mark at the newest event): {steady_time:?}, scanned {}", steady.scanned);
-    assert_eq!((steady.scanned, steady.deliveries), (0, 0));
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let steady = reconcile::pass(&mut conn, window).await.unwrap();
+        times.push(t.elapsed());
+        assert_eq!((steady.scanned, steady.deliveries), (0, 0));
+    }
+    times.sort();
+    println!("steady pass (mark past every event), 5 runs: median {:?}, max {:?}", times[2], times[4]);
 
     let (at, id): (chrono::DateTime<chrono::Utc>, String) = events::table
         .order((events::created_at.desc(), events::id.desc()))

@@ -50,6 +50,8 @@ async fn a_healthy_system_reconciles_nothing() {
     assert_eq!(d.metric("webhook_deliveries_reconciled_total", &[]).await, Some(0.0));
     let last = d.metric("events_reconcile_last_success_timestamp_seconds", &[]).await.expect("last success gauge");
     assert!((Utc::now().timestamp() as f64 - last).abs() < 30.0, "a recent pass: {last}");
+    let lag = d.metric("events_reconcile_mark_lag_seconds", &[]).await.expect("mark lag gauge");
+    assert!((2.0..30.0).contains(&lag), "the mark trails now by the grace plus at most a pass: {lag}");
     d.stop().await;
     assert_eq!(rx.received().len(), 10, "each sent once");
 }
