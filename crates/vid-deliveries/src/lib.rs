@@ -52,8 +52,10 @@
 //!   a RabbitMQ message only names the event.
 //! - `webhook_reconcile_mark`: [`reconcile`] only (the dispatcher).
 //!
-//! The statements of the hot path (fan-in, claim, record) are kept as they
-//! were when this crate was cut out of the dispatcher; issue 22 tunes them.
+//! The statements of claim and record are kept as they were when this crate
+//! was cut out of the dispatcher; issue 22 tunes them. The fan-in reads the
+//! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
+//! (issue 24), shared with the reconciliation ([`reconcile`]).
 
 pub mod fanin;
 pub mod health;

@@ -15,7 +15,8 @@
 //!                                 webhook_attempts + delivery status + endpoint health
 //! ```
 //!
-//! - [`fanin`]: RabbitMQ → one delivery row per matching endpoint, acked after commit.
+//! - [`fanin`]: RabbitMQ message → the event (read from `events`, the truth)
+//!   → one delivery row per matching endpoint (`vid_deliveries::fanin::MATCH`), acked after commit.
 //! - [`scheduler`]: claims due deliveries (leases, per-endpoint concurrency bound) and runs attempts.
 //! - [`attempt`]: the HTTP request (hyper 1, rustls), SSRF re-check, error classes.
 //! - [`retry`]: schedule, jitter, `Retry-After` (pure).
