@@ -17,8 +17,8 @@ use vid_core::{EndpointId, EventId, TenantId};
 use vid_db::schema::{events, webhook_deliveries as dl, webhook_endpoints as ep};
 use vid_db::RunQueryDsl;
 
+use crate::decision::{AttemptRecord, Decision, HealthRules};
 use crate::lease::Claimed;
-use crate::outcome::{AttemptRecord, Decision, HealthRules};
 use crate::{DeliveryStatus, EndpointStatus};
 
 /// The endpoint columns the outcome bookkeeping reads, locked for update.
@@ -106,7 +106,7 @@ pub fn disable_rule(
 
 /// A failure: starts the failure clock, counts a given-up delivery, throttles
 /// on 429/503 ([`throttle`]), and disables the endpoint when
-/// [`disable_rule`] says so. Runs in [`crate::outcome::record`]'s transaction.
+/// [`disable_rule`] says so. Runs in the transaction of `outcome::record`.
 pub async fn after_failure(
     conn: &mut AsyncPgConnection,
     c: &Claimed,
@@ -195,7 +195,7 @@ pub async fn disable(conn: &mut AsyncPgConnection, tenant_id: &TenantId, endpoin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::outcome::decide;
+    use crate::decision::decide;
 
     const RULES: HealthRules = HealthRules { failed_deliveries: 5, failing_seconds: 86_400, per_endpoint: 4 };
 

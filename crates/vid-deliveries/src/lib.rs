@@ -57,6 +57,7 @@
 //! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
 //! (issue 24), shared with the reconciliation ([`reconcile`]).
 
+pub mod decision;
 pub mod fanin;
 pub mod health;
 pub mod lease;
@@ -68,8 +69,9 @@ pub mod reconcile;
 pub use vid_core::delivery::DeliveryStatus;
 pub use vid_core::endpoint::EndpointStatus;
 
+pub use crate::decision::{decide, AttemptRecord, Decision, HealthRules};
 pub use crate::fanin::{fan_in, FannedIn};
 pub use crate::health::disable;
 pub use crate::lease::{claim, postpone, release, release_expired, Claimed};
-pub use crate::outcome::{record, record_successes, settle_without_attempt, AttemptRecord, HealthRules, Recorded};
+pub use crate::outcome::{record, record_successes, settle_without_attempt, Recorded};
 pub use crate::read::{load_endpoint, load_endpoints, retry_backlog, DeliveryRecord, EndpointForSend};

@@ -12,57 +12,10 @@ use diesel_async::AsyncPgConnection;
 use vid_db::schema::webhook_deliveries as dl;
 use vid_db::RunQueryDsl;
 
+use crate::decision::{decide, AttemptRecord, Decision, HealthRules};
 use crate::health::{self, Disabled};
 use crate::lease::Claimed;
 use crate::DeliveryStatus;
-
-/// How an attempt went, as recorded.
-#[derive(Debug, Clone)]
-pub struct AttemptRecord {
-    /// When the attempt started.
-    pub started_at: DateTime<Utc>,
-    /// How long it took, in ms.
-    pub duration_ms: i32,
-    /// HTTP status, if answered.
-    pub response_status: Option<u16>,
-    /// Error class, unless it succeeded.
-    pub error_class: Option<&'static str>,
-    /// Details (transport error, `Location` of a redirect).
-    pub error_detail: Option<String>,
-    /// First bytes of the body.
-    pub response_body: Option<String>,
-    /// 2xx.
-    pub success: bool,
-    /// The delay before the next attempt (the dispatcher's retry schedule);
-    /// `None` when no retry is left.
-    pub retry_in: Option<std::time::Duration>,
-}
-
-impl AttemptRecord {
-    /// `410 Gone`: the endpoint asks to be disabled.
-    pub fn gone(&self) -> bool {
-        self.response_status == Some(410)
-    }
-
-    /// `429`/`503`: the endpoint asks to be slowed down.
-    pub fn throttles(&self) -> bool {
-        matches!(self.response_status, Some(429 | 503))
-    }
-}
-
-/// Rules for an endpoint's health: when to disable it, and the concurrency
-/// it returns to after a 429/503 slow-down.
-#[derive(Debug, Clone, Copy)]
-pub struct HealthRules {
-    /// Deliveries in a row that ended `failed`.
-    pub failed_deliveries: i32,
-    /// Seconds of failures without a success.
-    pub failing_seconds: i64,
-    /// The configured per-endpoint concurrency (`per_endpoint_concurrency`):
-    /// the most attempts in flight to one endpoint, and the ceiling its
-    /// `concurrency_limit` climbs back to.
-    pub per_endpoint: i32,
-}
 
 /// What [`record`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,44 +29,6 @@ pub struct Recorded {
     /// The rule that disabled it: `gone`, `failed_deliveries` or
     /// `failing_too_long` (the `reason` label of `webhook_endpoints_disabled_total`).
     pub disabled_rule: Option<&'static str>,
-}
-
-/// The delivery's next state after an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    /// New status.
-    pub status: DeliveryStatus,
-    /// When the next attempt is due (a scheduled retry), else `None`.
-    pub next_at: Option<DateTime<Utc>>,
-    /// The retries are used up: the delivery gave up (counts towards disabling).
-    pub exhausted: bool,
-}
-
-/// The transition of one attempt's outcome (pure):
-/// - 2xx → `succeeded`;
-/// - a manual retry's attempt failed → `failed` (one attempt only);
-/// - 410 → `paused` (the endpoint is being disabled);
-/// - a retry is left → `pending` due at `now + retry_in` (`paused`, with
-///   that due time kept, if the endpoint is no longer enabled);
-/// - none left → `failed`, `exhausted`.
-pub fn decide(a: &AttemptRecord, manual_retry: bool, endpoint_enabled: bool, now: DateTime<Utc>) -> Decision {
-    let settle = |status| Decision { status, next_at: None, exhausted: false };
-    if a.success {
-        settle(DeliveryStatus::Succeeded)
-    } else if manual_retry {
-        settle(DeliveryStatus::Failed)
-    } else if a.gone() {
-        settle(DeliveryStatus::Paused)
-    } else {
-        match a.retry_in {
-            Some(d) => Decision {
-                status: if endpoint_enabled { DeliveryStatus::Pending } else { DeliveryStatus::Paused },
-                next_at: Some(now + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::hours(1))),
-                exhausted: false,
-            },
-            None => Decision { status: DeliveryStatus::Failed, next_at: None, exhausted: true },
-        }
-    }
 }
 
 /// Records an attempt and applies its consequences, in one transaction:
