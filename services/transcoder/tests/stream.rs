@@ -77,6 +77,21 @@ fn check_stream(o: &MediaOutcome, source: &Path, expect: &[(&str, u32, u32)], au
         assert!(codecs.iter().any(|c| c == "h264"), "{manifest}: {codecs:?}");
         assert_eq!(codecs.iter().any(|c| c == "aac"), want, "{manifest}: {codecs:?}");
     }
+    if audio {
+        // A/V sync: audio and video start together, as in the source (within one AAC frame, ≤ 64 ms).
+        let p = ffprobe(&stream.dir.join("master.m3u8"));
+        let start = |codec: &str| -> f64 {
+            let s = p["streams"].as_array().unwrap().iter().find(|s| s["codec_name"] == codec).unwrap();
+            s["start_time"].as_str().unwrap().parse().unwrap()
+        };
+        let src = ffprobe(source);
+        let src_start = |kind: &str| -> f64 {
+            let s = src["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == kind).unwrap();
+            s["start_time"].as_str().unwrap().parse().unwrap()
+        };
+        let (ours, theirs) = (start("h264") - start("aac"), src_start("video") - src_start("audio"));
+        assert!((ours - theirs).abs() <= 0.064, "video − audio start: {ours:.3} s in the stream, {theirs:.3} s in the source");
+    }
 
     // Keyframes and boundaries, read from the segments themselves.
     let (source_secs, frame) = source_video(source);

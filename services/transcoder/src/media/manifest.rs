@@ -19,7 +19,8 @@
 //!
 //! DASH: one video AdaptationSet with a Representation per rung and one audio
 //! AdaptationSet, `SegmentTemplate` + `SegmentTimeline` with the exact
-//! segment durations, over the same objects.
+//! segment durations and the segments' media times (`presentationTimeOffset`
+//! takes the tracks' common lead-in off), over the same objects.
 //!
 //! The text is produced here rather than by a library: no playlist writer is
 //! among the workspace's dependencies, and the output is checked by
@@ -169,14 +170,14 @@ fn master_playlist(stream: &StreamFiles) -> String {
 /// `<SegmentTemplate>` with the exact timeline of `t`, for Representation `id`.
 fn segment_template(id: &str, t: &TrackFiles) -> String {
     let mut s = format!(
-        "<SegmentTemplate timescale=\"{}\" initialization=\"{id}/{INIT_NAME}\" media=\"{id}/seg-$Number%05d$.m4s\" startNumber=\"1\"><SegmentTimeline>",
-        t.timescale
+        "<SegmentTemplate timescale=\"{}\" presentationTimeOffset=\"{}\" initialization=\"{id}/{INIT_NAME}\" media=\"{id}/seg-$Number%05d$.m4s\" startNumber=\"1\"><SegmentTimeline>",
+        t.timescale, t.lead_in
     );
     let mut i = 0;
     while i < t.segments.len() {
         let d = t.segments[i].duration;
         let repeat = t.segments[i + 1..].iter().take_while(|x| x.duration == d).count();
-        let time = if i == 0 { format!(" t=\"{}\"", t.segments[0].start) } else { String::new() };
+        let time = if i == 0 { format!(" t=\"{}\"", t.first_time + t.segments[0].start) } else { String::new() };
         let r = if repeat > 0 { format!(" r=\"{repeat}\"") } else { String::new() };
         let _ = write!(s, "<S{time} d=\"{d}\"{r}/>");
         i += repeat + 1;

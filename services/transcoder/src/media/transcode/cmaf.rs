@@ -4,10 +4,10 @@
 //! directory.
 //!
 //! libavformat's MP4 muxer writes the fragmented file (`movflags` `frag_custom`,
-//! `empty_moov`, `default_base_moof`, `negative_cts_offsets`, `skip_trailer`:
-//! a fragment is cut only when this module asks, every `moof` carries its
-//! `tfdt`, video sample times need no edit list, and no `mfra` index follows
-//! the last fragment: nothing after it is used). Its output is cut into the objects as it
+//! `empty_moov`, `default_base_moof`, `negative_cts_offsets`, `skip_trailer`,
+//! `frag_discont`: a fragment is cut only when this module asks, every `moof`
+//! carries its `tfdt`, video sample times need no edit list, no `mfra` index
+//! follows the last fragment (nothing after it is used), timestamps as given). Its output is cut into the objects as it
 //! is written: after the header the bytes so far are the init segment, after
 //! each fragment flush the new bytes are one media segment. So a segment's
 //! file exists as soon as its last packet was encoded (what publishing while
@@ -17,6 +17,17 @@
 //! frames at segment boundaries, see [`super::output::KeyframeClock`]), or,
 //! for audio, before the first packet at or past the next multiple of the
 //! segment duration.
+//!
+//! Timestamps: every track's timestamps are moved [`LEAD_IN_SECONDS`] later
+//! before muxing, and `frag_discont` + `use_editlist=0` make the muxer write
+//! them as they are (absolute `tfdt`). Otherwise it rebases each track on its
+//! own first decode time (x264's B-frame delay for video, the AAC priming
+//! for audio), and the separate tracks would be out of sync by the
+//! difference. With negative CTS offsets the muxer presents a video track
+//! late by its first composition offset, which is taken off here. So every
+//! track keeps the source's A/V timing (checked in `tests/stream.rs`); the
+//! DASH MPD takes the lead-in off again (`presentationTimeOffset`), HLS
+//! players start at the first segment's time.
 //!
 //! Invariants: every packet is written one packet late, with its duration set
 //! to the gap to the next one (the last one's to the track's end), so the last
@@ -33,6 +44,10 @@ use serde::{Deserialize, Serialize};
 
 use super::internal;
 use crate::media::MediaError;
+
+/// Seconds added to every timestamp of every track (see the module docs):
+/// more than any B-frame delay or audio priming of a sane source.
+pub const LEAD_IN_SECONDS: i64 = 10;
 
 /// The file name of every track's initialization segment.
 pub const INIT_NAME: &str = "init.mp4";
@@ -60,6 +75,11 @@ pub struct TrackFiles {
     pub dir: PathBuf,
     /// Units per second of [`Segment::start`] and [`Segment::duration`].
     pub timescale: u32,
+    /// Presentation time of the first segment's start in the track (the
+    /// first sample's composition time, `timescale` units), the lead-in included.
+    pub first_time: i64,
+    /// The lead-in in `timescale` units ([`LEAD_IN_SECONDS`]).
+    pub lead_in: i64,
     /// The segments, in order.
     pub segments: Vec<Segment>,
     /// Size of `init.mp4` in bytes.
@@ -104,6 +124,8 @@ pub(super) struct CmafTrack {
     open_packets: usize,
     /// The latest presentation time written (stream time base).
     max_pts: i64,
+    /// The first packet's pts − dts (stream time base), taken off every timestamp.
+    cts_shift: Option<i64>,
     segments: Vec<Segment>,
     init_bytes: u64,
     extradata: Vec<u8>,
@@ -140,7 +162,8 @@ impl CmafTrack {
             }
         };
         let mut opts = Dictionary::new();
-        opts.set("movflags", "+frag_custom+empty_moov+default_base_moof+negative_cts_offsets+skip_trailer");
+        opts.set("movflags", "+frag_custom+empty_moov+default_base_moof+negative_cts_offsets+skip_trailer+frag_discont");
+        opts.set("use_editlist", "0");
         octx.write_header_with(opts).map_err(internal("writing the CMAF header"))?;
         let tb = octx.stream(0).unwrap().time_base();
         let mut t = Self {
@@ -156,6 +179,7 @@ impl CmafTrack {
             seg_start: 0,
             open_packets: 0,
             max_pts: 0,
+            cts_shift: None,
             segments: Vec::new(),
             init_bytes: 0,
             extradata,
@@ -171,6 +195,16 @@ impl CmafTrack {
         p.set_stream(0);
         p.rescale_ts(self.enc_tb, self.tb);
         p.set_position(-1);
+        // The first packet's composition offset (x264's B-frame delay): with
+        // negative CTS offsets the muxer presents the track that much late;
+        // taking it off here keeps the track on the source's time line.
+        let cts = *self.cts_shift.get_or_insert_with(|| match (p.pts(), p.dts()) {
+            (Some(pts), Some(dts)) if pts > dts => pts - dts,
+            _ => 0,
+        });
+        let shift = self.lead_in() - cts;
+        p.set_pts(p.pts().map(|t| t + shift));
+        p.set_dts(p.dts().map(|t| t + shift));
         let pts = p.pts().or(p.dts()).unwrap_or(0);
         if self.origin.is_none() {
             (self.origin, self.seg_start, self.max_pts) = (Some(pts), pts, pts);
@@ -206,7 +240,8 @@ impl CmafTrack {
     pub(super) fn finish(mut self, end: Option<i64>) -> Result<TrackFiles, MediaError> {
         if let Some(mut last) = self.pending.take() {
             let fallback = self.max_pts + last.duration().max(1);
-            let end = end.map(|e| ffmpeg::Rescale::rescale(&e, self.enc_tb, self.tb)).unwrap_or(fallback).max(self.max_pts + 1);
+            let shift = self.lead_in() - self.cts_shift.unwrap_or(0);
+            let end = end.map(|e| ffmpeg::Rescale::rescale(&e, self.enc_tb, self.tb) + shift).unwrap_or(fallback).max(self.max_pts + 1);
             last.set_duration(end - self.max_pts);
             self.mux(last)?;
             self.cut_segment(end)?;
@@ -215,7 +250,23 @@ impl CmafTrack {
         let _ = std::fs::remove_file(&self.raw);
         let timescale = self.tb.denominator().max(1) as u32;
         debug_assert_eq!(self.tb.numerator(), 1, "the MP4 muxer's time bases are 1/timescale");
-        Ok(TrackFiles { dir: self.dir, timescale, segments: self.segments, init_bytes: self.init_bytes, extradata: self.extradata })
+        // The first sample is presented its composition offset after its (shifted) time.
+        let first_time = self.origin.unwrap_or(0) + self.cts_shift.unwrap_or(0);
+        let lead_in = self.lead_in();
+        Ok(TrackFiles {
+            dir: self.dir,
+            timescale,
+            first_time,
+            lead_in,
+            segments: self.segments,
+            init_bytes: self.init_bytes,
+            extradata: self.extradata,
+        })
+    }
+
+    /// [`LEAD_IN_SECONDS`] in the stream's time base.
+    fn lead_in(&self) -> i64 {
+        ffmpeg::Rescale::rescale(&LEAD_IN_SECONDS, Rational(1, 1), self.tb)
     }
 
     fn mux(&mut self, p: Packet) -> Result<(), MediaError> {
