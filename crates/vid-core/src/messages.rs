@@ -33,6 +33,42 @@ pub struct TranscodeJob {
     /// messages: 1.
     #[serde(default = "first_attempt")]
     pub attempt: u32,
+    /// Whether static MP4 renditions are made besides the stream (issue 19;
+    /// Mux's `mp4_support`). Absent: `standard`.
+    #[serde(default)]
+    pub mp4_support: Mp4Support,
+}
+
+/// [`TranscodeJob::mp4_support`]: `"standard"` (static MP4 renditions, the
+/// default) or `"none"` (the adaptive stream only).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mp4Support {
+    /// One H.264/AAC MP4 per rung (`+faststart`), from the stream's packets.
+    #[default]
+    Standard,
+    /// No MP4 renditions.
+    None,
+}
+
+/// The adaptive stream a transcode packaged (issue 19): CMAF objects, one per
+/// segment, and their manifests, all under `prefix`. Every URI inside the
+/// manifests is relative, so the stream can be served under any stable URL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOutputs {
+    /// Key prefix of every object of the stream, ending in `/`
+    /// (`<output_prefix>stream/`).
+    pub prefix: String,
+    /// Key of the HLS master playlist (RFC 8216), `<prefix>master.m3u8`.
+    pub hls_master_key: String,
+    /// Key of the static DASH MPD (ISO/IEC 23009-1), `<prefix>manifest.mpd`.
+    pub dash_manifest_key: String,
+    /// Target segment duration, milliseconds.
+    pub segment_duration_ms: u32,
+    /// Objects stored under `prefix` (segments, headers, playlists).
+    pub objects: u32,
+    /// Their total size in bytes.
+    pub size_bytes: u64,
 }
 
 /// The `attempt` of a job message that has none: the first publish.
@@ -96,6 +132,10 @@ pub enum ReportKind {
         renditions: Vec<Rendition>,
         /// Poster image.
         poster: Option<Poster>,
+        /// The adaptive stream (HLS + DASH over CMAF). Absent from older
+        /// transcoders' reports; the api ignores it for now.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stream: Option<StreamOutputs>,
     },
     /// The job failed permanently (bad media, limits, crash budget exhausted).
     Failed {
@@ -179,7 +219,9 @@ mod tests {
             source_size_bytes: 10,
             output_prefix: "tenants/t/videos/v/".into(),
             attempt: 3,
+            mp4_support: Mp4Support::None,
         };
+        assert_eq!(serde_json::to_value(&job).unwrap()["mp4_support"], "none");
         assert_eq!(serde_json::from_str::<TranscodeJob>(&serde_json::to_string(&job).unwrap()).unwrap(), job);
         let event = Event {
             id: EventId::generate(),
@@ -211,7 +253,7 @@ mod tests {
             "source_key": "tenants/t/uploads/u/source", "source_size_bytes": 7, "output_prefix": "tenants/t/videos/v/"
         }))
         .unwrap();
-        assert_eq!((job.attempt, job.source_size_bytes), (1, 7));
+        assert_eq!((job.attempt, job.source_size_bytes, job.mp4_support), (1, 7, Mp4Support::Standard));
         let report: TranscodeReport = serde_json::from_value(serde_json::json!({
             "operation_id": op, "video_id": vid, "worker": "old/1", "emitted_at": "2026-12-01T15:00:00Z",
             "kind": "progress", "phase": "transcoding", "percent": 40

@@ -129,6 +129,15 @@ pub struct TranscoderSettings {
     /// Sleep before a transient failure's `basic_nack(requeue)`, seconds. Optional; default 3 s.
     #[serde(default = "default_retry_backoff")]
     pub retry_backoff_seconds: f64,
+    /// Target segment duration of the streaming packaging (CMAF, HLS, DASH),
+    /// seconds; also the GOP: one IDR frame per segment in every rung.
+    /// Optional; default 4 s.
+    #[serde(default = "default_segment_seconds")]
+    pub segment_seconds: f64,
+}
+
+fn default_segment_seconds() -> f64 {
+    4.0
 }
 
 fn default_grace() -> u64 {

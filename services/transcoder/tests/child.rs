@@ -22,6 +22,7 @@ fn job(input: &Path, out: &Path) -> MediaJob {
         out_dir: out.into(),
         limits: media::Limits { max_duration_seconds: 14400.0, max_width: 4096, max_height: 4096 },
         ladder: vec![1080, 720, 480, 360],
+        packaging: Default::default(),
     }
 }
 

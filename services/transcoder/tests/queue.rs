@@ -57,6 +57,7 @@ fn settings(env: &HashMap<String, String>, prefix: &str, work_dir: &Path) -> Set
             ladder: vec![1080, 720, 480, 360],
             shutdown_grace_seconds: 1,
             retry_backoff_seconds: 0.2,
+            segment_seconds: 4.0,
         },
         scanner: ScannerSettings {
             address: env.get("VID__SCANNER__ADDRESS").cloned().unwrap_or_else(|| "127.0.0.1:3310".into()),
@@ -156,6 +157,7 @@ impl Harness {
             source_size_bytes: size,
             output_prefix: format!("{}{op}/out/", self.key_prefix),
             attempt: 1,
+            mp4_support: Default::default(),
         }
     }
 
@@ -233,6 +235,7 @@ impl Harness {
             source_size_bytes: 0,
             output_prefix: String::new(),
             attempt: 1,
+            mp4_support: Default::default(),
         };
         let report = TranscodeReport {
             operation_id: marker.operation_id.clone(),
@@ -370,7 +373,7 @@ async fn a_job_succeeds_with_its_reports_and_outputs_in_s3() {
     check_sequence(&r);
     assert!(is_ulid(&r[0].run_id), "a run id is a ULID: {:?}", r[0].run_id);
     assert!(r.iter().all(|x| x.run_id == r[0].run_id && x.attempt == 1), "one run, attempt echoed: {r:#?}");
-    let ReportKind::Succeeded { source, renditions, poster } = &r.last().unwrap().kind else { panic!("{r:#?}") };
+    let ReportKind::Succeeded { source, renditions, poster, stream } = &r.last().unwrap().kind else { panic!("{r:#?}") };
     assert_eq!((source.width, source.height), (640, 360));
     assert_eq!(renditions.iter().map(|r| (r.name.as_str(), r.width, r.height)).collect::<Vec<_>>(), vec![("360p", 640, 360)]);
     assert_eq!(renditions[0].storage_key, format!("{}renditions/360p.mp4", job.output_prefix));
@@ -388,6 +391,27 @@ async fn a_job_succeeds_with_its_reports_and_outputs_in_s3() {
     assert_eq!(p["streams"][0]["codec_name"], "h264");
     assert_eq!(p["streams"][1]["codec_name"], "aac");
     assert!(!h.work_dir().join(job.operation_id.as_str()).exists(), "work dir removed");
+    // The stream: every object under its prefix, the manifests with their content types.
+    let stream = stream.as_ref().expect("the stream is reported");
+    assert_eq!(stream.prefix, format!("{}stream/", job.output_prefix));
+    assert_eq!(stream.hls_master_key, format!("{}master.m3u8", stream.prefix));
+    assert_eq!(stream.dash_manifest_key, format!("{}manifest.mpd", stream.prefix));
+    let keys = h.keys_under(&stream.prefix).await;
+    assert_eq!(keys.len() as u32, stream.objects, "{keys:?}");
+    // 3 s of 360p with audio in 4 s segments: per track init + 1 segment + playlist; master + MPD.
+    assert_eq!(stream.objects, 2 * 3 + 2, "{keys:?}");
+    for (key, content_type) in [
+        (&stream.hls_master_key, "application/vnd.apple.mpegurl"),
+        (&stream.dash_manifest_key, "application/dash+xml"),
+        (&format!("{}360p/seg-00001.m4s", stream.prefix), "video/mp4"),
+        (&format!("{}audio/init.mp4", stream.prefix), "audio/mp4"),
+    ] {
+        let head = h.s3.head_object().bucket(&h.bucket).key(key).send().await.unwrap();
+        assert_eq!(head.content_type(), Some(content_type), "{key}");
+    }
+    let master = h.s3.get_object().bucket(&h.bucket).key(&stream.hls_master_key).send().await.unwrap();
+    let master = String::from_utf8(master.body.collect().await.unwrap().into_bytes().to_vec()).unwrap();
+    assert!(master.contains("\n360p/index.m3u8\n") && master.contains("URI=\"audio/index.m3u8\""), "relative URIs: {master}");
 
     // The ack follows the terminal report's confirm: wait for it, then count.
     h.wait_consumed("ack", 1.0).await;

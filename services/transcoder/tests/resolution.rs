@@ -91,7 +91,7 @@ fn run(input: &Path, out: &Path, limits: Limits) -> Result<MediaOutcome, Failure
 
 /// Runs `input` through the real `transcoder work` child, as the worker does for a job.
 async fn run_child(input: &Path, dir: &Path, limits: Limits) -> ChildOutcome {
-    let job = MediaJob { input: input.into(), out_dir: dir.join("out"), limits, ladder: LADDER.to_vec() };
+    let job = MediaJob { input: input.into(), out_dir: dir.join("out"), limits, ladder: LADDER.to_vec(), packaging: Default::default() };
     let spec = child::write_spec(dir, &job).unwrap();
     let cmd = child::worker_command(Path::new(env!("CARGO_BIN_EXE_transcoder")), &spec);
     let (_tx, rx) = watch::channel(None);

@@ -229,6 +229,7 @@ impl Stack {
                 ladder: vec![360],
                 shutdown_grace_seconds: 1,
                 retry_backoff_seconds: 0.2,
+                segment_seconds: 4.0,
             },
             scanner,
         };
@@ -269,6 +270,7 @@ impl Stack {
             source_size_bytes: declared.unwrap_or(bytes.len() as u64),
             output_prefix: format!("{}{op}/out/", self.key_prefix),
             attempt: 1,
+            mp4_support: Default::default(),
         };
         self.s3.put_object().bucket(&self.bucket).key(&job.source_key).body(bytes.into()).send().await.unwrap();
         self.publish(&job).await;

@@ -7,6 +7,7 @@
 //! fail the one job.
 
 pub mod ladder;
+pub mod manifest;
 pub mod probe;
 pub mod transcode;
 pub mod validate;
@@ -20,7 +21,7 @@ use vid_core::Problem;
 
 pub use ladder::{plan, Rung};
 pub use probe::{probe, Probe};
-pub use transcode::{transcode, PosterFile, RenditionFile, Transcoded};
+pub use transcode::{transcode, PosterFile, RenditionFile, StreamFiles, TrackFiles, Transcoded, VideoTrack};
 pub use validate::{validate, Limits};
 
 /// Initialises libav once per process and quietens its logging to errors (on stderr).
@@ -60,6 +61,25 @@ pub struct MediaJob {
     pub limits: Limits,
     /// Ladder rung values (short side in pixels), e.g. `[1080, 720, 480, 360]`.
     pub ladder: Vec<u32>,
+    /// What to package besides the stream. Absent: [`Packaging::default`].
+    #[serde(default)]
+    pub packaging: Packaging,
+}
+
+/// How the encoded packets are packaged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Packaging {
+    /// Target segment duration of the CMAF tracks, seconds (also the GOP:
+    /// one IDR frame per segment). Default 4.
+    pub segment_seconds: f64,
+    /// Also write the static MP4 renditions (`mp4_support` `standard`). Default true.
+    pub mp4: bool,
+}
+
+impl Default for Packaging {
+    fn default() -> Self {
+        Self { segment_seconds: 4.0, mp4: true }
+    }
 }
 
 /// What [`run`] reports while it works.
@@ -78,6 +98,8 @@ pub struct MediaOutcome {
     pub source: SourceMetadata,
     /// Files produced.
     pub transcoded: Transcoded,
+    /// The stream's manifests and every object of the stream.
+    pub manifests: manifest::Manifests,
 }
 
 /// Probe, validate, plan and transcode `job`, calling `events` along the way.
@@ -91,9 +113,12 @@ pub fn run(job: &MediaJob, events: &mut dyn FnMut(MediaEvent)) -> Result<MediaOu
     validate::validate(&probe, &job.limits).map_err(|p| (MediaError::Permanent(p), Some(source.clone())))?;
     let rungs = ladder::plan(probe.display_width, probe.display_height, &job.ladder);
     tracing::debug!(?rungs, rotation = probe.source.rotation, "ladder planned");
-    let transcoded = transcode::transcode(&job.input, &job.out_dir, &probe, &rungs, &job.limits, &mut |f| events(MediaEvent::Progress(f)))
-        .map_err(|e| (e, Some(source.clone())))?;
-    Ok(MediaOutcome { source, transcoded })
+    let transcoded = transcode::transcode(&job.input, &job.out_dir, &probe, &rungs, &job.limits, &job.packaging, &mut |f| {
+        events(MediaEvent::Progress(f))
+    })
+    .map_err(|e| (e, Some(source.clone())))?;
+    let manifests = manifest::write(&transcoded.stream).map_err(|e| (e, Some(source.clone())))?;
+    Ok(MediaOutcome { source, transcoded, manifests })
 }
 
 /// Convenience for tests and tools: [`run`] with no event sink.
@@ -103,5 +128,6 @@ pub fn run_quiet(
     limits: Limits,
     ladder: &[u32],
 ) -> Result<MediaOutcome, (MediaError, Option<SourceMetadata>)> {
-    run(&MediaJob { input: input.into(), out_dir: out_dir.into(), limits, ladder: ladder.to_vec() }, &mut |_| {})
+    let job = MediaJob { input: input.into(), out_dir: out_dir.into(), limits, ladder: ladder.to_vec(), packaging: Packaging::default() };
+    run(&job, &mut |_| {})
 }

@@ -8,7 +8,8 @@
 //! 2. `Started`, then `Progress{phase, percent}` at most once a second
 //!    (plus a heartbeat every 30 s when nothing moves): downloading 0–10 %,
 //!    scanning 10–11 %, probing 11–12 %, transcoding 12–90 %, uploading
-//!    90–99 %; whole-job, never decreasing, never above 99.
+//!    90–99 % (the stream's objects 90–94 %, the MP4 renditions 94–99 %);
+//!    whole-job, never decreasing, never above 99.
 //! 3. Scanning, before the file reaches the libav child: the downloaded source
 //!    is streamed to clamd (`INSTREAM`, see [`crate::scan`]). Clean (or
 //!    scanning turned off): a `Scanned{outcome}` report, then on. Infected:
@@ -18,6 +19,11 @@
 //!    (before downloading when the size is known). clamd unavailable: retried
 //!    with backoff inside the job, then `scan_unavailable`.
 //! 4. Exactly one terminal report, `Succeeded` or `Failed`, then the ack.
+//!    `Succeeded` names the stream (`stream`: its key prefix, the HLS master
+//!    and DASH MPD keys; see [`crate::media::manifest`] for the layout under
+//!    `<output_prefix>stream/`), the static MP4 renditions
+//!    (`<output_prefix>renditions/<rung>.mp4`, none when the job says
+//!    `mp4_support: none`) and the poster.
 //! 5. Transient failures (S3, broker, our own I/O): no report, a short sleep,
 //!    then `basic_nack(requeue)`; the quorum queue's delivery limit
 //!    dead-letters a job that keeps failing.

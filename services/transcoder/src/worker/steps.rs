@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use tokio::sync::watch;
-use vid_core::messages::{ReportKind, TranscodeJob};
+use vid_core::messages::{Mp4Support, ReportKind, StreamOutputs, TranscodeJob};
 use vid_core::operation::Phase;
 use vid_core::video::{Poster, Rendition};
 
@@ -20,7 +20,8 @@ use super::reports::{ProgressReporter, Reports};
 use super::scanning::too_large_to_scan;
 use super::Worker;
 use crate::child::{self, ChildMessage, ChildOutcome, Stop};
-use crate::media::{MediaJob, MediaOutcome};
+use crate::media::manifest::{DASH_MPD, HLS_MASTER};
+use crate::media::{MediaJob, MediaOutcome, Packaging};
 use crate::workdir::JobDir;
 
 /// Why the steps ended before a terminal report of their own.
@@ -76,15 +77,18 @@ impl Worker {
         // 3–4. Probe and transcode in the child.
         progress.set(Phase::Probing, 11.0);
         let t = &self.settings.transcoder;
-        let media_job = MediaJob { input: source_path, out_dir: work.path().join("out"), limits: t.limits(), ladder: t.ladder.clone() };
+        let packaging = Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None };
+        let out_dir = work.path().join("out");
+        let media_job = MediaJob { input: source_path, out_dir, limits: t.limits(), ladder: t.ladder.clone(), packaging };
         let outcome = self.run_child(job, work, &media_job, progress, stop).await?;
 
-        // 5. Upload, tallest first, then the poster.
+        // 5. Upload: the stream (manifests last), the renditions, tallest first, then the poster.
+        let stream = self.upload_stream(job, &outcome, progress, stop, uploaded).await?;
         let (renditions, poster) = self.upload_outputs(job, &outcome, progress, stop, uploaded).await?;
         if let Some(s) = *stop.borrow() {
             return Err(StepError::Stopped(s));
         }
-        Ok(ReportKind::Succeeded { source: outcome.source, renditions, poster })
+        Ok(ReportKind::Succeeded { source: outcome.source, renditions, poster, stream: Some(stream) })
     }
 
     /// Probes and transcodes `media_job` in a supervised child (progress
@@ -133,6 +137,39 @@ impl Worker {
         }
     }
 
+    /// Uploads every object of the stream to `<output_prefix>stream/<path>`
+    /// in the order of [`crate::media::manifest::Manifests::objects`] (media
+    /// before the playlists naming them, the master playlist last), with
+    /// their content types. Progress 90–94 % by objects.
+    async fn upload_stream(
+        &self,
+        job: &TranscodeJob,
+        outcome: &MediaOutcome,
+        progress: &ProgressReporter,
+        stop: &mut watch::Receiver<Option<Stop>>,
+        uploaded: &mut Vec<String>,
+    ) -> Result<StreamOutputs, StepError> {
+        let prefix = format!("{}stream/", job.output_prefix);
+        let objects = &outcome.manifests.objects;
+        let mut size_bytes = 0;
+        for (i, (path, content_type)) in objects.iter().enumerate() {
+            let local = outcome.transcoded.stream.dir.join(path);
+            size_bytes += std::fs::metadata(&local).map_err(|e| StepError::Transient(anyhow!("stat {}: {e}", local.display())))?.len();
+            let key = format!("{prefix}{path}");
+            uploaded.push(key.clone());
+            stoppable(stop, self.upload(&local, &key, content_type)).await??;
+            progress.set(Phase::Uploading, 90.0 + 4.0 * (i + 1) as f64 / objects.len() as f64);
+        }
+        Ok(StreamOutputs {
+            hls_master_key: format!("{prefix}{HLS_MASTER}"),
+            dash_manifest_key: format!("{prefix}{DASH_MPD}"),
+            prefix,
+            segment_duration_ms: (outcome.transcoded.stream.segment_seconds * 1000.0).round() as u32,
+            objects: objects.len() as u32,
+            size_bytes,
+        })
+    }
+
     /// Uploads the renditions, tallest first, to `<output_prefix>renditions/<name>.mp4`
     /// (progress 90–99 % by bytes), then the poster to `<output_prefix>poster.jpg`.
     async fn upload_outputs(
@@ -143,7 +180,7 @@ impl Worker {
         stop: &mut watch::Receiver<Option<Stop>>,
         uploaded: &mut Vec<String>,
     ) -> Result<(Vec<Rendition>, Option<Poster>), StepError> {
-        progress.set(Phase::Uploading, 90.0);
+        progress.set(Phase::Uploading, 94.0);
         let total: u64 = outcome.transcoded.renditions.iter().map(|r| r.size_bytes).sum::<u64>().max(1);
         let mut done = 0u64;
         let mut renditions = Vec::new();
@@ -152,7 +189,7 @@ impl Worker {
             uploaded.push(key.clone());
             stoppable(stop, self.upload(&r.path, &key, "video/mp4")).await??;
             done += r.size_bytes;
-            progress.set(Phase::Uploading, 90.0 + 9.0 * done as f64 / total as f64);
+            progress.set(Phase::Uploading, 94.0 + 5.0 * done as f64 / total as f64);
             renditions.push(Rendition {
                 name: r.name.clone(),
                 width: r.width,

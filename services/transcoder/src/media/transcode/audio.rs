@@ -1,5 +1,6 @@
 //! The audio side: one decoder, one filter graph (built from the first
-//! decoded frame), ONE AAC encoder whose packets go to every rung's muxer.
+//! decoded frame), ONE AAC encoder whose packets go to every rung's MP4
+//! muxer and to the one audio CMAF track of the stream (`<stream_dir>/audio/`).
 //!
 //! Invariants: audio never fails a job (an undecodable stream means
 //! renditions without audio, a frame the graph refuses is dropped); the
@@ -8,6 +9,7 @@
 use ffmpeg::{codec, encoder, filter, format, frame, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 
+use super::cmaf::{CmafTrack, Cut, TrackFiles};
 use super::graph::build_audio_graph;
 use super::output::Output;
 use super::{internal, is_again};
@@ -27,6 +29,8 @@ pub(super) struct AudioPipe {
     layout: ffmpeg::ChannelLayout,
     /// The smallest pts the next encoded frame may have (1/rate units).
     next_pts: i64,
+    /// The stream's audio track, once [`AudioPipe::package`] opened it.
+    track: Option<CmafTrack>,
 }
 
 impl AudioPipe {
@@ -60,7 +64,22 @@ impl AudioPipe {
         enc.set_time_base(Rational(1, rate as i32));
         enc.set_flags(codec::Flags::GLOBAL_HEADER);
         let enc = enc.open_as(aac).map_err(internal("opening the AAC encoder"))?;
-        Ok(Some(Self { stream: index, dec, enc, graph: None, rate, layout, next_pts: 0 }))
+        Ok(Some(Self { stream: index, dec, enc, graph: None, rate, layout, next_pts: 0, track: None }))
+    }
+
+    /// Opens the audio CMAF track in `dir`, cut into segments of `segment_seconds`.
+    /// Errors: internal only.
+    pub(super) fn package(&mut self, dir: &std::path::Path, segment_seconds: f64) -> Result<(), MediaError> {
+        let aac = encoder::find(codec::Id::AAC).ok_or_else(|| MediaError::Internal("no AAC encoder in this FFmpeg".into()))?;
+        let every = (segment_seconds * f64::from(self.rate)).round().max(1.0) as i64;
+        let params = codec::Parameters::from(&self.enc);
+        self.track = Some(CmafTrack::create(dir, aac, params, Rational(1, self.rate as i32), Cut::Every(every))?);
+        Ok(())
+    }
+
+    /// Finishes the audio CMAF track (after [`AudioPipe::finish`]), if one was opened.
+    pub(super) fn finish_track(&mut self) -> Result<Option<TrackFiles>, MediaError> {
+        self.track.take().map(|t| t.finish(None)).transpose()
     }
 
     /// The input stream index this pipe decodes.
@@ -162,6 +181,9 @@ impl AudioPipe {
                 Ok(()) => {}
                 Err(e) if is_again(&e) || e == ffmpeg::Error::Eof => return Ok(()),
                 Err(e) => return Err(MediaError::Internal(format!("AAC: {e}"))),
+            }
+            if let Some(t) = self.track.as_mut() {
+                t.write(&pkt)?;
             }
             for out in outputs.iter_mut() {
                 out.write_audio(&pkt, enc_tb)?;

@@ -112,6 +112,12 @@ impl<'a> VideoPath<'a> {
         self.frame_rate
     }
 
+    /// Where the video ends, in the stream's time base: the first frame's
+    /// pts plus `decoded_seconds` (from [`Self::check_decoded`]).
+    pub(super) fn end_pts(&self, decoded_seconds: f64) -> Option<i64> {
+        self.first_pts.map(|f| f + (decoded_seconds / f64::from(self.tb)).round() as i64)
+    }
+
     /// Frames decoded so far.
     pub(super) fn frames(&self) -> u64 {
         self.frames
@@ -316,7 +322,6 @@ fn drain_sinks(
             if i == 0 {
                 poster.offer(filtered, tb);
             }
-            filtered.set_kind(ffmpeg::picture::Type::None);
             out.encode(filtered)?;
         }
     }

@@ -4,10 +4,16 @@
 //!
 //! ```text
 //! video: buffer → [transpose | hflip,vflip] → split=N → scale → [pad] → setsar=1 → format=yuv420p → buffersink  (× N rungs)
-//!                                                          each sink → libx264 encoder → its own MP4 muxer
+//!                                each sink → libx264 encoder → its CMAF track (stream/<rung>/) + its MP4 muxer (unless mp4 is off)
 //! audio: abuffer → aresample → aformat=fltp:<rate>:<mono|stereo> → abuffersink(1024 samples)
-//!                                                          → ONE AAC encoder → the same packets muxed into every MP4
+//!                                → ONE AAC encoder → the audio CMAF track (stream/audio/) + the same packets in every MP4
 //! ```
+//!
+//! Streaming packaging (issue 19) comes from the same packets: every rung is
+//! also a CMAF track of one object per segment ([`cmaf`]), with IDR frames at
+//! the same instants in every rung (every `segment_seconds`, see
+//! [`output::KeyframeClock`]); the audio is its own CMAF track. The
+//! playlists are written by [`crate::media::manifest`].
 //!
 //! Audio is encoded once and shared: every rendition carries the identical
 //! AAC track (128 kb/s stereo or 96 kb/s mono), which costs one encode instead
@@ -42,9 +48,11 @@
 //!   and the shared audio) goes through [`output::Mp4Muxer`], so a second
 //!   packaging of the same packets is one more muxer beside it, never a
 //!   second encode;
-//! - [`poster`]: picks the poster frame and writes the JPEG.
+//! - [`poster`]: picks the poster frame and writes the JPEG;
+//! - [`cmaf`]: one CMAF track cut into `init.mp4` + `seg-NNNNN.m4s` objects.
 
 mod audio;
+pub mod cmaf;
 mod decode;
 mod graph;
 mod output;
@@ -56,6 +64,7 @@ use ffmpeg::{format, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 use serde::{Deserialize, Serialize};
 
+pub use self::cmaf::{Segment, TrackFiles};
 use super::ladder::Rung;
 use super::probe::Probe;
 use super::validate::Limits;
@@ -90,11 +99,42 @@ pub struct PosterFile {
     pub height: u32,
 }
 
+/// One rung's video CMAF track.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VideoTrack {
+    /// Rung name, e.g. `720p` (also its directory under the stream directory).
+    pub name: String,
+    /// Width in pixels (upright, even).
+    pub width: u32,
+    /// Height in pixels (upright, even).
+    pub height: u32,
+    /// The source's average frame rate as (numerator, denominator) frames per second, when known.
+    pub frame_rate: Option<(i32, i32)>,
+    /// The track's objects.
+    pub track: TrackFiles,
+}
+
+/// The streaming packaging: CMAF tracks under `dir` (`<out_dir>/stream/`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamFiles {
+    /// The stream directory; every track is a subdirectory, the manifests sit at the top.
+    pub dir: PathBuf,
+    /// The target segment duration in seconds.
+    pub segment_seconds: f64,
+    /// One video track per rung, tallest first.
+    pub video: Vec<VideoTrack>,
+    /// The one audio track (`audio/`), unless the source has no decodable audio.
+    pub audio: Option<TrackFiles>,
+}
+
 /// What [`transcode`] produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Transcoded {
-    /// Renditions, in the order of the plan (tallest first).
+    /// Static MP4 renditions, in the order of the plan (tallest first); empty
+    /// when the job asked for none.
     pub renditions: Vec<RenditionFile>,
+    /// The streaming packaging (manifests added by [`crate::media::run`]).
+    pub stream: StreamFiles,
     /// The poster, unless no frame could be taken.
     pub poster: Option<PosterFile>,
     /// Seconds of video decoded (last minus first timestamp plus one frame).
@@ -111,8 +151,10 @@ fn is_again(e: &ffmpeg::Error) -> bool {
     matches!(e, ffmpeg::Error::Other { errno } if *errno == libc::EAGAIN)
 }
 
-/// Transcodes `input` (already probed and validated) into one MP4 per rung in
-/// `out_dir` (`<name>.mp4`) plus `poster.jpg`, decoding the source once.
+/// Transcodes `input` (already probed and validated) into one CMAF track per
+/// rung under `<out_dir>/stream/<name>/` (plus `stream/audio/`), one MP4 per
+/// rung in `out_dir` (`<name>.mp4`, unless `packaging.mp4` is false) and
+/// `poster.jpg`, decoding the source once.
 ///
 /// `progress` is called with the fraction done (0.0–1.0, finite, non-decreasing)
 /// after decoded video frames: decoded timestamp over the probed duration, or
@@ -134,6 +176,7 @@ pub fn transcode(
     probe: &Probe,
     rungs: &[Rung],
     limits: &Limits,
+    packaging: &super::Packaging,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Transcoded, MediaError> {
     super::init();
@@ -147,9 +190,15 @@ pub fn transcode(
     };
 
     std::fs::create_dir_all(out_dir).map_err(|e| MediaError::Internal(format!("creating {}: {e}", out_dir.display())))?;
+    let stream_dir = out_dir.join("stream");
+    let seg = packaging.segment_seconds;
     let mut outputs = Vec::with_capacity(rungs.len());
     for rung in rungs {
-        outputs.push(output::Output::open(out_dir, rung, video.time_base(), video.frame_rate(), audio.as_ref().map(|a| a.encoder()))?);
+        let (timing, a) = ((video.time_base(), video.frame_rate()), audio.as_ref().map(|a| a.encoder()));
+        outputs.push(output::Output::open(out_dir, &stream_dir, rung, timing, seg, packaging.mp4, a)?);
+    }
+    if let Some(a) = audio.as_mut() {
+        a.package(&stream_dir.join("audio"), seg)?;
     }
 
     read_packets(&mut ictx, probe, &mut video, audio.as_mut(), &mut outputs, progress)?;
@@ -165,14 +214,25 @@ pub fn transcode(
         a.finish(&mut outputs)?;
     }
 
+    let audio_track = match audio.as_mut() {
+        Some(a) => a.finish_track()?,
+        None => None,
+    };
+
     let seconds = duration.unwrap_or(decoded_seconds).max(decoded_seconds.min(duration.unwrap_or(f64::MAX))).max(0.001);
+    let end = video.end_pts(decoded_seconds);
+    let fps = is_positive(video.frame_rate()).then(|| (video.frame_rate().numerator(), video.frame_rate().denominator()));
     let mut renditions = Vec::with_capacity(outputs.len());
+    let mut tracks = Vec::with_capacity(outputs.len());
     for out in outputs {
-        renditions.push(out.finish(seconds)?);
+        let (rung, file, track) = out.finish(seconds, end)?;
+        renditions.extend(file);
+        tracks.push(VideoTrack { name: rung.name, width: rung.width, height: rung.height, frame_rate: fps, track });
     }
+    let stream = StreamFiles { dir: stream_dir, segment_seconds: seg, video: tracks, audio: audio_track };
     let poster = video.into_poster().map(|f| poster::write(&f, &out_dir.join("poster.jpg"))).transpose()?;
     progress(1.0);
-    Ok(Transcoded { renditions, poster, decoded_seconds })
+    Ok(Transcoded { renditions, stream, poster, decoded_seconds })
 }
 
 /// The demux loop: reads every packet of `ictx` and hands it to the video

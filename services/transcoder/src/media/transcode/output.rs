@@ -1,10 +1,17 @@
-//! Per rung: the libx264 encoder, and the muxer its packets (and the shared
-//! AAC packets) are written to.
+//! Per rung: the libx264 encoder, and the muxers its packets go to: the
+//! static MP4 rendition ([`Mp4Muxer`], with the shared AAC packets; skipped
+//! when the job asks for no MP4) and the rung's video-only CMAF track
+//! ([`CmafTrack`]).
 //!
-//! The encoder and the container are separate on purpose: [`Output`] owns
-//! one encoder and hands every packet to [`Mp4Muxer`]; another packaging of
-//! the same packets (e.g. fragmented MP4 for streaming) is another muxer
-//! beside it, written from the same packets, never a second encode.
+//! The encoder and the containers are separate on purpose: both muxers are
+//! written from the same packets, never a second encode.
+//!
+//! Keyframes: x264 runs with `keyint=infinite`, `scenecut=0` and closed GOPs,
+//! so it makes no keyframe of its own after the first; [`KeyframeClock`]
+//! forces an IDR on the first frame at or past each multiple of the segment
+//! duration from the first frame. Every rung sees the same frames (one
+//! decode, `split`), so every rung has its IDRs at the same instants, and
+//! every segment starts with one.
 //!
 //! Invariants: a muxer's header is written before its first packet and its
 //! trailer after the encoder was flushed; packets are rescaled from the
@@ -15,31 +22,70 @@ use std::path::{Path, PathBuf};
 use ffmpeg::{codec, encoder, format, frame, Dictionary, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 
+use super::cmaf::{CmafTrack, Cut, TrackFiles};
 use super::{internal, is_again, is_positive, RenditionFile};
 use crate::media::ladder::Rung;
 use crate::media::MediaError;
 
 const X264_PRESET: &str = "veryfast";
 
-/// One rung: its encoder and its muxer.
+/// Decides which frames are IDR frames: the first frame, and the first frame
+/// at or past each multiple of the segment duration after it.
+pub(super) struct KeyframeClock {
+    /// Segment duration in time-base units (≥ 1).
+    every: i64,
+    origin: Option<i64>,
+    /// Index of the segment the last keyframe opened.
+    last: i64,
+}
+
+impl KeyframeClock {
+    /// A clock for frames in time base `tb`, segments of `seconds`.
+    pub(super) fn new(tb: Rational, seconds: f64) -> Self {
+        let every = (seconds / f64::from(tb)).round().max(1.0) as i64;
+        Self { every, origin: None, last: 0 }
+    }
+
+    /// Whether the frame at `pts` (non-decreasing from call to call) must be an IDR frame.
+    pub(super) fn is_key(&mut self, pts: i64) -> bool {
+        let Some(origin) = self.origin else {
+            self.origin = Some(pts);
+            return true;
+        };
+        let index = (pts - origin).div_euclid(self.every);
+        if index > self.last {
+            self.last = index;
+            return true;
+        }
+        false
+    }
+}
+
+/// One rung: its encoder and its muxers.
 pub(super) struct Output {
     rung: Rung,
     enc: encoder::Video,
     /// The encoder's time base (the source stream's).
     enc_tb: Rational,
-    mp4: Mp4Muxer,
+    clock: KeyframeClock,
+    mp4: Option<Mp4Muxer>,
+    cmaf: CmafTrack,
 }
 
 impl Output {
     /// Opens rung `rung`'s x264 encoder (time base `v_tb`, `frame_rate` when
     /// known; `preset`, `crf`, `maxrate`, `bufsize` from the rung; High
-    /// profile) and its MP4 muxer `<out_dir>/<name>.mp4`, with an audio track
-    /// copying `audio`'s parameters when given. Errors: internal only.
+    /// profile; IDR frames only every `segment_seconds`, see the module docs),
+    /// its CMAF track in `<stream_dir>/<name>/` and, when `mp4`, its MP4
+    /// muxer `<out_dir>/<name>.mp4` with an audio track copying `audio`'s
+    /// parameters when given. Errors: internal only.
     pub(super) fn open(
         out_dir: &Path,
+        stream_dir: &Path,
         rung: &Rung,
-        v_tb: Rational,
-        frame_rate: Rational,
+        (v_tb, frame_rate): (Rational, Rational),
+        segment_seconds: f64,
+        mp4: bool,
         audio: Option<&encoder::Audio>,
     ) -> Result<Self, MediaError> {
         let path = out_dir.join(format!("{}.mp4", rung.name));
@@ -60,13 +106,21 @@ impl Output {
         opts.set("maxrate", &rung.maxrate.to_string());
         opts.set("bufsize", &rung.bufsize.to_string());
         opts.set("profile", "high");
+        opts.set("forced-idr", "1");
+        opts.set("x264-params", "keyint=infinite:scenecut=0:open-gop=0");
         let enc = enc.open_as_with(x264, opts).map_err(internal("opening libx264"))?;
-        let mp4 = Mp4Muxer::create(path, x264, &enc, v_tb, audio)?;
-        Ok(Self { rung: rung.clone(), enc, enc_tb: v_tb, mp4 })
+        let mp4 = if mp4 { Some(Mp4Muxer::create(path, x264, &enc, v_tb, audio)?) } else { None };
+        let params = codec::Parameters::from(&enc);
+        let cmaf = CmafTrack::create(&stream_dir.join(&rung.name), x264, params, v_tb, Cut::AtKeyframes)?;
+        let clock = KeyframeClock::new(v_tb, segment_seconds);
+        Ok(Self { rung: rung.clone(), enc, enc_tb: v_tb, clock, mp4, cmaf })
     }
 
-    /// Encodes one filtered frame and muxes what the encoder hands back.
-    pub(super) fn encode(&mut self, frame: &frame::Video) -> Result<(), MediaError> {
+    /// Encodes one filtered frame (an IDR when it opens a segment) and muxes
+    /// what the encoder hands back.
+    pub(super) fn encode(&mut self, frame: &mut frame::Video) -> Result<(), MediaError> {
+        let key = frame.pts().is_some_and(|pts| self.clock.is_key(pts));
+        frame.set_kind(if key { ffmpeg::picture::Type::I } else { ffmpeg::picture::Type::None });
         self.enc.send_frame(frame).map_err(internal("x264 send_frame"))?;
         self.drain()
     }
@@ -79,21 +133,32 @@ impl Output {
 
     /// Muxes one packet of the shared AAC encoder (time base `enc_tb`).
     pub(super) fn write_audio(&mut self, pkt: &Packet, enc_tb: Rational) -> Result<(), MediaError> {
-        self.mp4.write_audio(pkt, enc_tb)
+        match self.mp4.as_mut() {
+            Some(m) => m.write_audio(pkt, enc_tb),
+            None => Ok(()),
+        }
     }
 
-    /// Writes the trailer and describes the file; `seconds` (> 0) is the
-    /// duration its average bitrate is computed over.
-    pub(super) fn finish(self, seconds: f64) -> Result<RenditionFile, MediaError> {
-        let (path, size_bytes) = self.mp4.finish()?;
-        Ok(RenditionFile {
-            name: self.rung.name,
-            width: self.rung.width,
-            height: self.rung.height,
-            path,
-            size_bytes,
-            bitrate: (size_bytes as f64 * 8.0 / seconds).round() as u64,
-        })
+    /// Writes the trailers and describes the files: the MP4 rendition (when
+    /// made; `seconds` (> 0) is the duration its average bitrate is computed
+    /// over) and the CMAF track, which ends at `end` (encoder time base).
+    pub(super) fn finish(self, seconds: f64, end: Option<i64>) -> Result<(Rung, Option<RenditionFile>, TrackFiles), MediaError> {
+        let track = self.cmaf.finish(end)?;
+        let file = match self.mp4 {
+            Some(m) => {
+                let (path, size_bytes) = m.finish()?;
+                Some(RenditionFile {
+                    name: self.rung.name.clone(),
+                    width: self.rung.width,
+                    height: self.rung.height,
+                    path,
+                    size_bytes,
+                    bitrate: (size_bytes as f64 * 8.0 / seconds).round() as u64,
+                })
+            }
+            None => None,
+        };
+        Ok((self.rung, file, track))
     }
 
     fn drain(&mut self) -> Result<(), MediaError> {
@@ -104,7 +169,10 @@ impl Output {
                 Err(e) if is_again(&e) || e == ffmpeg::Error::Eof => return Ok(()),
                 Err(e) => return Err(MediaError::Internal(format!("x264: {e}"))),
             }
-            self.mp4.write_video(&mut pkt, self.enc_tb)?;
+            self.cmaf.write(&pkt)?;
+            if let Some(m) = self.mp4.as_mut() {
+                m.write_video(&mut pkt, self.enc_tb)?;
+            }
         }
     }
 }
