@@ -138,7 +138,9 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ReportKind::Started => Transition::Started,
         ReportKind::Progress { phase, percent } => Transition::Progress { phase: Some(*phase), percent: *percent },
         ReportKind::Scanned { outcome } => Transition::Scan(*outcome),
-        ReportKind::Succeeded { source, renditions, poster } => {
+        // `stream` (the CMAF/HLS/DASH keys) is not stored yet: playback IDs
+        // and the playback service that serve it are issue 19's next step.
+        ReportKind::Succeeded { source, renditions, poster, stream: _ } => {
             Transition::Finish(Outcome::Succeeded { source: source.clone(), renditions: renditions.clone(), poster: poster.clone() })
         }
         ReportKind::Failed { error, source } => Transition::Finish(Outcome::Failed { error: error.clone(), source: source.clone() }),

@@ -153,7 +153,7 @@ fn succeeded() -> ReportKind {
         frame_rate: Some(25.0),
         size_bytes: 1,
     };
-    ReportKind::Succeeded { source, renditions: vec![], poster: None }
+    ReportKind::Succeeded { source, renditions: vec![], poster: None, stream: None }
 }
 
 /// One janitor re-drive pass as if the clock read `now`: (re-driven, lost).

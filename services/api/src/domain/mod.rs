@@ -29,5 +29,7 @@ pub(crate) fn transcode_job(
         source_size_bytes: size_bytes.max(0) as u64,
         output_prefix: format!("tenants/{tenant}/videos/{video}/"),
         attempt: attempt.max(1) as u32,
+        // `POST /uploads` has no `mp4_support` yet (issue 19): static MP4s always.
+        mp4_support: vid_core::messages::Mp4Support::Standard,
     }
 }
