@@ -31,9 +31,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::error::MediaError;
 use super::transcode::cmaf::{segment_name, INIT_NAME};
 use super::transcode::{StreamFiles, TrackFiles, VideoTrack};
-use super::MediaError;
 
 /// File name of the HLS master playlist in the stream directory.
 pub const HLS_MASTER: &str = "master.m3u8";

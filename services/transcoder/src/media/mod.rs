@@ -6,49 +6,25 @@
 //! [`crate::child`]), never in the service process: a crash in libav must only
 //! fail the one job.
 
+mod error;
 pub mod ladder;
+mod libav;
 pub mod manifest;
 pub mod probe;
 pub mod transcode;
 pub mod validate;
 
 use std::path::{Path, PathBuf};
-use std::sync::Once;
 
 use serde::{Deserialize, Serialize};
 use vid_core::video::SourceMetadata;
-use vid_core::Problem;
 
+pub use error::MediaError;
 pub use ladder::{plan, Rung};
+pub use libav::init;
 pub use probe::{probe, Probe};
-pub use transcode::{transcode, PosterFile, RenditionFile, StreamFiles, TrackFiles, Transcoded, VideoTrack};
+pub use transcode::{transcode, Packaging, PosterFile, RenditionFile, StreamFiles, TrackFiles, Transcoded, VideoTrack};
 pub use validate::{validate, Limits};
-
-/// Initialises libav once per process and quietens its logging to errors (on stderr).
-pub fn init() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        ffmpeg_next::init().expect("libav initialises");
-        ffmpeg_next::log::set_level(ffmpeg_next::log::Level::Error);
-    });
-}
-
-/// Why the media work failed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MediaError {
-    /// The source is bad: fail the job with this problem, do not retry.
-    #[error("{0}")]
-    Permanent(Problem),
-    /// Our side failed (encoder/muxer/file system): worth a retry on another attempt.
-    #[error("internal media error: {0}")]
-    Internal(String),
-}
-
-impl From<Problem> for MediaError {
-    fn from(p: Problem) -> Self {
-        Self::Permanent(p)
-    }
-}
 
 /// Everything one media job needs; the child process reads it from a JSON file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,22 +40,6 @@ pub struct MediaJob {
     /// What to package besides the stream. Absent: [`Packaging::default`].
     #[serde(default)]
     pub packaging: Packaging,
-}
-
-/// How the encoded packets are packaged.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Packaging {
-    /// Target segment duration of the CMAF tracks, seconds (also the GOP:
-    /// one IDR frame per segment). Default 4.
-    pub segment_seconds: f64,
-    /// Also write the static MP4 renditions (`mp4_support` `standard`). Default true.
-    pub mp4: bool,
-}
-
-impl Default for Packaging {
-    fn default() -> Self {
-        Self { segment_seconds: 4.0, mp4: true }
-    }
 }
 
 /// What [`run`] reports while it works.

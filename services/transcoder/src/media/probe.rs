@@ -73,7 +73,7 @@ pub struct Probe {
 /// caller wrote the file itself, so they only arise from unreadable content.
 pub fn probe(path: &Path) -> Result<Probe, Problem> {
     let (size, family) = read_head(path)?;
-    super::init();
+    super::libav::init();
     let ictx =
         format::input(&path).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the {family:?} container cannot be opened: {e}")))?;
     let container = ictx.format().name().to_owned();

@@ -19,11 +19,11 @@ use tokio::sync::watch;
 use vid_core::messages::{ReportKind, TranscodeJob};
 use vid_infra::amqp::{Publisher, RK_JOB};
 
+use super::context::Worker;
 use super::metrics::{consumed, job_outcome};
 use super::reports::{ProgressReporter, Reports};
 use super::session::{Active, Running};
-use super::steps::StepError;
-use super::Worker;
+use super::stop::StepError;
 use crate::child::Stop;
 use crate::workdir::JobDir;
 

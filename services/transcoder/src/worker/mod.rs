@@ -146,63 +146,30 @@
 //! - [`reports`]: publishing a job's reports, and the rate-limited progress reporter;
 //! - [`metrics`]: the worker's counters and histograms.
 
+mod context;
 mod delivery;
 mod metrics;
 mod reports;
 mod scanning;
 mod session;
 mod steps;
+mod stop;
 mod storage;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use vid_infra::amqp::Topology;
 
-use crate::settings::Settings;
 use crate::workdir;
 
+pub use context::Worker;
 pub use delivery::REPUBLISH_TIMEOUT;
 pub use reports::HEARTBEAT;
 pub use scanning::quarantine_key;
 pub use storage::{upload_file, MULTIPART_THRESHOLD, PART_SIZE};
 
-/// Shared state of a running worker.
-#[derive(Clone)]
-pub struct Worker {
-    settings: Arc<Settings>,
-    s3: aws_sdk_s3::Client,
-    topology: Topology,
-    child_exe: PathBuf,
-    name: String,
-    /// Set while the AMQP connection is up and consuming (for `/readyz`).
-    pub ready: Arc<AtomicBool>,
-}
-
 impl Worker {
-    /// A worker for `settings`. `child_exe` is the binary to run as
-    /// `<exe> work --spec …` (normally `std::env::current_exe()`). Installs
-    /// the process's Prometheus recorder (`vid_infra::metrics::install`) if
-    /// nobody did.
-    pub fn new(settings: Settings, child_exe: PathBuf) -> Self {
-        // Its counters must reach a recorder even when `main` did not install one (tests).
-        vid_infra::metrics::install();
-        let s3 = vid_infra::storage::client(&settings.s3);
-        let topology = Topology::new(settings.amqp.prefix.clone());
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_else(|_| "unknown".into());
-        Self {
-            settings: Arc::new(settings),
-            s3,
-            topology,
-            child_exe,
-            name: format!("{host}/{}", std::process::id()),
-            ready: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
     /// Sweeps the work dir ([`workdir::sweep`]), then consumes jobs until
     /// `shutdown` turns true, reconnecting after broker failures (jobs in
     /// flight then are killed; the broker redelivers them). Returns after a

@@ -15,9 +15,9 @@ use tokio::sync::watch;
 use vid_core::messages::{ReportKind, TranscodeJob};
 use vid_core::operation::{Phase, ScanOutcome};
 
+use super::context::Worker;
 use super::reports::ProgressReporter;
-use super::steps::{stoppable, StepError};
-use super::Worker;
+use super::stop::{stoppable, StepError};
 use crate::child::Stop;
 use crate::problems;
 use crate::scan::{self, ScanError, Verdict, METRICS};

@@ -23,8 +23,8 @@ use vid_core::messages::CancelTranscode;
 use vid_core::OperationId;
 use vid_infra::amqp::Publisher;
 
+use super::context::Worker;
 use super::metrics::consumed;
-use super::Worker;
 use crate::child::Stop;
 
 /// Running jobs by delivery tag: operation, run id and the stop switch of its child.

@@ -15,39 +15,15 @@ use vid_core::messages::{Mp4Support, ReportKind, StreamOutputs, TranscodeJob};
 use vid_core::operation::Phase;
 use vid_core::video::{Poster, Rendition};
 
+use super::context::Worker;
 use super::metrics::record_transcode_durations;
 use super::reports::{ProgressReporter, Reports};
 use super::scanning::too_large_to_scan;
-use super::Worker;
+use super::stop::{stoppable, StepError};
 use crate::child::{self, ChildMessage, ChildOutcome, Stop};
 use crate::media::manifest::{DASH_MPD, HLS_MASTER};
 use crate::media::{MediaJob, MediaOutcome, Packaging};
 use crate::workdir::JobDir;
-
-/// Why the steps ended before a terminal report of their own.
-#[derive(Debug)]
-pub(super) enum StepError {
-    /// A cancel or a shutdown.
-    Stopped(Stop),
-    /// Retry later (S3, broker, our own I/O).
-    Transient(anyhow::Error),
-    /// A permanent outcome found before the end (e.g. by the scan): the terminal report to send.
-    Report(Box<ReportKind>),
-}
-
-/// Runs `fut` unless a stop arrives first.
-pub(super) async fn stoppable<T>(
-    stop: &mut watch::Receiver<Option<Stop>>,
-    fut: impl std::future::Future<Output = T>,
-) -> Result<T, StepError> {
-    if let Some(s) = *stop.borrow() {
-        return Err(StepError::Stopped(s));
-    }
-    tokio::select! {
-        v = fut => Ok(v),
-        s = stop.wait_for(|s| s.is_some()) => Err(StepError::Stopped(s.map(|s| s.unwrap()).unwrap_or(Stop::Shutdown))),
-    }
-}
 
 impl Worker {
     /// Download → scan → child (probe, transcode) → upload. `Ok` (or

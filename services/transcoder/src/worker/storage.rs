@@ -16,10 +16,10 @@ use tokio::io::AsyncWriteExt;
 use vid_core::messages::TranscodeJob;
 use vid_core::operation::Phase;
 
+use super::context::Worker;
 use super::reports::ProgressReporter;
 use super::scanning::{malware_detected, too_large_to_scan};
-use super::steps::StepError;
-use super::Worker;
+use super::stop::StepError;
 
 /// Objects larger than this are uploaded with S3 multipart upload.
 pub const MULTIPART_THRESHOLD: u64 = 64 * 1024 * 1024;

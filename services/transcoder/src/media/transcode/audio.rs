@@ -12,8 +12,8 @@ use ffmpeg_next as ffmpeg;
 use super::cmaf::{CmafTrack, Cut, TrackFiles};
 use super::graph::build_audio_graph;
 use super::output::Output;
-use super::{internal, is_again};
-use crate::media::MediaError;
+use crate::media::error::MediaError;
+use crate::media::libav::{internal, is_again};
 
 /// Sample rates the AAC encoder takes as they are; others are resampled to 48 kHz.
 const AAC_RATES: [u32; 9] = [96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000];

@@ -42,8 +42,8 @@ use ffmpeg::{codec, format, Dictionary, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 use serde::{Deserialize, Serialize};
 
-use super::internal;
-use crate::media::MediaError;
+use crate::media::error::MediaError;
+use crate::media::libav::internal;
 
 /// Seconds added to every timestamp of every track (see the module docs):
 /// more than any B-frame delay or audio priming of a sane source.

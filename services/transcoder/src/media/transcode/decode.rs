@@ -12,11 +12,11 @@ use ffmpeg_next as ffmpeg;
 use super::graph::{build_video_graph, placements};
 use super::output::Output;
 use super::poster::PosterPicker;
-use super::{internal, is_again, is_positive};
+use crate::media::error::MediaError;
 use crate::media::ladder::Rung;
+use crate::media::libav::{internal, is_again, is_positive};
 use crate::media::probe::Probe;
 use crate::media::validate::{Limits, MIN_DURATION_SECONDS};
-use crate::media::MediaError;
 use crate::problems::{self, problem};
 
 /// The decoder, the current filter graph and what has been decoded so far.

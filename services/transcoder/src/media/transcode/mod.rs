@@ -57,99 +57,21 @@ mod decode;
 mod graph;
 mod output;
 mod poster;
+mod types;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use ffmpeg::{format, Packet, Rational};
+use ffmpeg::{format, Packet};
 use ffmpeg_next as ffmpeg;
-use serde::{Deserialize, Serialize};
 
 pub use self::cmaf::{Segment, TrackFiles};
+pub use self::types::{Packaging, PosterFile, RenditionFile, StreamFiles, Transcoded, VideoTrack};
+use super::error::MediaError;
 use super::ladder::Rung;
+use super::libav::{is_again, is_positive};
 use super::probe::Probe;
 use super::validate::Limits;
-use super::MediaError;
 use crate::problems::{self, problem};
-
-/// One rendition written to the local work directory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RenditionFile {
-    /// Rung name, e.g. `720p`.
-    pub name: String,
-    /// Width in pixels (even).
-    pub width: u32,
-    /// Height in pixels (even).
-    pub height: u32,
-    /// The MP4 file.
-    pub path: PathBuf,
-    /// File size in bytes.
-    pub size_bytes: u64,
-    /// Average total bitrate in bits per second (size × 8 / duration).
-    pub bitrate: u64,
-}
-
-/// The poster written to the local work directory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PosterFile {
-    /// The JPEG file.
-    pub path: PathBuf,
-    /// Width in pixels.
-    pub width: u32,
-    /// Height in pixels.
-    pub height: u32,
-}
-
-/// One rung's video CMAF track.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct VideoTrack {
-    /// Rung name, e.g. `720p` (also its directory under the stream directory).
-    pub name: String,
-    /// Width in pixels (upright, even).
-    pub width: u32,
-    /// Height in pixels (upright, even).
-    pub height: u32,
-    /// The source's average frame rate as (numerator, denominator) frames per second, when known.
-    pub frame_rate: Option<(i32, i32)>,
-    /// The track's objects.
-    pub track: TrackFiles,
-}
-
-/// The streaming packaging: CMAF tracks under `dir` (`<out_dir>/stream/`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StreamFiles {
-    /// The stream directory; every track is a subdirectory, the manifests sit at the top.
-    pub dir: PathBuf,
-    /// The target segment duration in seconds.
-    pub segment_seconds: f64,
-    /// One video track per rung, tallest first.
-    pub video: Vec<VideoTrack>,
-    /// The one audio track (`audio/`), unless the source has no decodable audio.
-    pub audio: Option<TrackFiles>,
-}
-
-/// What [`transcode`] produced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Transcoded {
-    /// Static MP4 renditions, in the order of the plan (tallest first); empty
-    /// when the job asked for none.
-    pub renditions: Vec<RenditionFile>,
-    /// The streaming packaging (manifests added by [`crate::media::run`]).
-    pub stream: StreamFiles,
-    /// The poster, unless no frame could be taken.
-    pub poster: Option<PosterFile>,
-    /// Seconds of video decoded (last minus first timestamp plus one frame).
-    pub decoded_seconds: f64,
-}
-
-/// An internal error from a libav call: `<what>: <error>`.
-fn internal(what: &str) -> impl Fn(ffmpeg::Error) -> MediaError + '_ {
-    move |e| MediaError::Internal(format!("{what}: {e}"))
-}
-
-/// Whether `e` is `EAGAIN` (libav: "feed more input first").
-fn is_again(e: &ffmpeg::Error) -> bool {
-    matches!(e, ffmpeg::Error::Other { errno } if *errno == libc::EAGAIN)
-}
 
 /// Transcodes `input` (already probed and validated) into one CMAF track per
 /// rung under `<out_dir>/stream/<name>/` (plus `stream/audio/`), one MP4 per
@@ -176,10 +98,10 @@ pub fn transcode(
     probe: &Probe,
     rungs: &[Rung],
     limits: &Limits,
-    packaging: &super::Packaging,
+    packaging: &Packaging,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Transcoded, MediaError> {
-    super::init();
+    super::libav::init();
     assert!(!rungs.is_empty(), "the ladder plan is never empty");
     let mut ictx = format::input(&input).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the source: {e}")))?;
     let duration = probe.source.duration_seconds.filter(|d| *d > 0.0);
@@ -277,9 +199,4 @@ fn read_packets(
             a.send_packet(&packet, outputs)?;
         }
     }
-}
-
-/// A `Rational` that is usable as a rate or time base (both sides positive).
-fn is_positive(r: Rational) -> bool {
-    r.numerator() > 0 && r.denominator() > 0
 }

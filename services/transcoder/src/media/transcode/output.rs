@@ -23,9 +23,10 @@ use ffmpeg::{codec, encoder, format, frame, Dictionary, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 
 use super::cmaf::{CmafTrack, Cut, TrackFiles};
-use super::{internal, is_again, is_positive, RenditionFile};
+use super::types::RenditionFile;
+use crate::media::error::MediaError;
 use crate::media::ladder::Rung;
-use crate::media::MediaError;
+use crate::media::libav::{internal, is_again, is_positive};
 
 const X264_PRESET: &str = "veryfast";
 

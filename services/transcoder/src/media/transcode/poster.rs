@@ -6,8 +6,9 @@ use std::path::Path;
 use ffmpeg::{codec, encoder, format, frame, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 
-use super::{internal, PosterFile};
-use crate::media::MediaError;
+use super::types::PosterFile;
+use crate::media::error::MediaError;
+use crate::media::libav::internal;
 
 /// Keeps the latest frame offered until one at or after `at` seconds arrives.
 pub(super) struct PosterPicker {
