@@ -47,6 +47,17 @@ step scripts/fuzz-api.sh
 # The images built with Podman and run as k8s runs them, then the manifests through podman kube play.
 step scripts/deploy-test.sh
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
+# Independent parsers of the HLS playlists and the DASH MPD the transcoder writes
+# (services/transcoder/tests/stream.rs), pinned in a venv of their own (first run:
+# two small packages from PyPI, a few seconds); a stamp skips pip afterwards.
+media_venv() {
+    local venv=.local/media-venv want="m3u8==6.0.0 mpegdash==0.4.1"
+    if [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
+        rm -rf "$venv" && python3 -m venv "$venv" && "$venv/bin/pip" install -q $want && echo "$want" > "$venv/.stamp"
+    fi
+}
+media_venv || { echo "make test: could not install m3u8/mpegdash into .local/media-venv" >&2; failed+=("media venv"); }
+export VID_TEST_PYTHON="$ROOT/.local/media-venv/bin/python"
 step cargo test --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-4}"
 if [ "${#failed[@]}" -gt 0 ]; then
     printf 'make test: FAILED step: %s\n' "${failed[@]}" >&2
