@@ -27,6 +27,11 @@
 //!   (`succeeded|failed|cancelled|shutdown|retry|malformed`)
 //! - `webhook_delivery_attempts_total{outcome}`, `webhook_delivery_attempt_duration_seconds`,
 //!   `webhook_retry_backlog`, `webhook_endpoints_disabled_total{reason}` (dispatcher)
+//! - `events_reconciled_total`, `webhook_deliveries_reconciled_total` (dispatcher's
+//!   reconciliation: events found without their deliveries, and the deliveries it created; 0 on
+//!   a healthy system), gauges `events_reconcile_last_success_timestamp_seconds` (Unix seconds
+//!   of the last complete pass) and `events_reconcile_mark_lag_seconds` (now minus the
+//!   high-water mark)
 //! - `vid_transcoder_scans_total{outcome}`, `vid_transcoder_scan_attempt_failures_total`,
 //!   `vid_transcoder_scan_duration_seconds` (transcoder's malware scan counters: its own
 //!   atomics in `vid_transcoder::scan::METRICS`, appended to the same `/metrics` page)
