@@ -4,7 +4,7 @@
 //!
 //! | exchange (type)        | routing key      | queue (type)                | producer → consumer      |
 //! |------------------------|------------------|-----------------------------|--------------------------|
-//! | `P.transcode` (direct) | `job`            | `P.transcode.jobs` (quorum) | api outbox → transcoder  |
+//! | `P.transcode` (direct) | `job`            | `P.transcode.jobs` (quorum) | api outbox (and a transcoder handing a job back at shutdown) → transcoder |
 //! | `P.dlx` (direct)       | `transcode.dead` | `P.transcode.dead` (quorum) | broker → api             |
 //! | `P.reports` (direct)   | `report`         | `P.transcode.reports` (quorum) | transcoder → api      |
 //! | `P.events` (direct)    | `event`          | `P.webhook.events` (quorum) | api outbox → dispatcher  |

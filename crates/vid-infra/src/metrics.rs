@@ -23,7 +23,7 @@
 //!   again for `pending` operations, and operations failed `job_lost`), gauge
 //!   `oldest_pending_operation_age_seconds` (api janitor, each pass; 0 when none is pending)
 //! - `transcode_duration_seconds{rendition}` (transcoder: wall-clock seconds of the single-decode
-//!   transcode pass, recorded for each rung it produced), `transcode_jobs_total{outcome}`
+//!   transcode pass, recorded for each static MP4 rendition it produced; none with `mp4_support: none`), `transcode_jobs_total{outcome}`
 //!   (`succeeded|failed|cancelled|shutdown|retry|malformed`)
 //! - `webhook_delivery_attempts_total{outcome}`, `webhook_delivery_attempt_duration_seconds`,
 //!   `webhook_retry_backlog`, `webhook_endpoints_disabled_total{reason}` (dispatcher)

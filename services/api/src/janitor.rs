@@ -34,7 +34,8 @@ pub async fn run(state: AppState, every: Duration) {
     }
 }
 
-/// One pass: returns (uploads expired, operations failed). Also purges
+/// One pass: returns (uploads expired, operations failed `worker_lost`); the
+/// re-drive's own counts go to its metrics. Also purges
 /// `Idempotency-Key` rows past their 24 h window ([`crate::idempotency::purge_expired`]).
 pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
     let now = Utc::now();

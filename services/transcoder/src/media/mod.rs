@@ -1,6 +1,7 @@
 //! The media work, all of it libav (ffmpeg-next) and all of it synchronous:
 //! [`probe`] → [`validate`] → [`ladder::plan`] → [`transcode`] (one decode
-//! feeding every rendition and the poster).
+//! feeding every rung's CMAF track, the static MP4s and the poster) →
+//! [`manifest`] (the HLS playlists and the DASH MPD over those tracks).
 //!
 //! In production this runs inside the supervised child process (see
 //! [`crate::child`]), never in the service process: a crash in libav must only

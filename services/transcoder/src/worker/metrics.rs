@@ -18,7 +18,8 @@ pub(super) fn job_outcome(outcome: &'static str) {
     vid_infra::metrics::counter!("transcode_jobs_total", "outcome" => outcome).increment(1);
 }
 
-/// Records `transcode_duration_seconds{rendition}` for every rung produced.
+/// Records `transcode_duration_seconds{rendition}` for every static MP4
+/// rendition produced (none when the job asks `mp4_support: none`).
 ///
 /// The child decodes once and feeds every rung's encoder from that single
 /// decode, so all rungs of a job complete together: each gets the wall-clock
