@@ -324,19 +324,55 @@ async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: 
     std::sync::atomic::AtomicUsize::load(&recorded, std::sync::atomic::Ordering::SeqCst) as f64 / start.elapsed().as_secs_f64()
 }
 
-#[tokio::main]
-async fn main() {
-    let events: usize = env_or("EVENTS", 4000);
-    let endpoints: usize = env_or("ENDPOINTS", 1);
-    let per_endpoint: u32 = env_or("PER_ENDPOINT_CONCURRENCY", 64);
-    let batch: u32 = env_or("BATCH_SIZE", 64);
-    let max_in_flight: u32 = env_or("MAX_IN_FLIGHT", 256);
-    let prefetch: u16 = env_or("PREFETCH", 256);
-    let pool: u32 = env_or("POOL_SIZE", 16);
-    let publish_concurrency: usize = env_or("PUBLISH_CONCURRENCY", 256);
+/// The knobs, from the environment (see the module docs for the defaults).
+struct Config {
+    events: usize,
+    endpoints: usize,
+    per_endpoint: u32,
+    batch: u32,
+    max_in_flight: u32,
+    prefetch: u16,
+    pool: u32,
+    publish_concurrency: usize,
+}
 
-    // 1. Receiver, then wrk (run by the script) against it.
-    let log: Log = Arc::default();
+impl Config {
+    fn from_env() -> Self {
+        Config {
+            events: env_or("EVENTS", 4000),
+            endpoints: env_or("ENDPOINTS", 1),
+            per_endpoint: env_or("PER_ENDPOINT_CONCURRENCY", 64),
+            batch: env_or("BATCH_SIZE", 64),
+            max_in_flight: env_or("MAX_IN_FLIGHT", 256),
+            prefetch: env_or("PREFETCH", 256),
+            pool: env_or("POOL_SIZE", 16),
+            publish_concurrency: env_or("PUBLISH_CONCURRENCY", 256),
+        }
+    }
+
+    /// The dispatcher's settings (test profile) for this run's database and amqp prefix.
+    fn settings(&self, db_url: &str, prefix: &str) -> Settings {
+        let Config { per_endpoint, batch, max_in_flight, prefetch, pool, .. } = *self;
+        let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
+            (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
+        let overrides: Vec<(&str, &str)> = vec![
+            ("database.url", db_url),
+            ("amqp.prefix", prefix),
+            ("dispatcher.health_listen", "127.0.0.1:0"),
+            ("database.pool_size", &pool_s),
+            ("dispatcher.per_endpoint_concurrency", &per_endpoint_s),
+            ("dispatcher.batch_size", &batch_s),
+            ("dispatcher.max_in_flight", &max_in_flight_s),
+            ("dispatcher.prefetch", &prefetch_s),
+        ];
+        vid_testkit::settings(&overrides)
+    }
+}
+
+/// Step 1: starts the receiver, prints `RECEIVER_URL <url>` and waits for
+/// wrk's requests/s on stdin (run by the script). Returns the receiver's URL
+/// and wrk's figure; the log is cleared of wrk's requests.
+async fn receiver_and_wrk(log: &Log) -> (String, Option<f64>) {
     let addr = start_receiver(log.clone()).await;
     let url = format!("http://{addr}/hook");
     println!("RECEIVER_URL {url}");
@@ -349,32 +385,15 @@ async fn main() {
     .await
     .unwrap();
     log.lock().unwrap().clear();
+    (url, wrk_rps)
+}
 
-    // 2. World.
-    let db_url = vid_testkit::fresh_database().await;
-    let prefix = vid_testkit::unique_prefix();
-    let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
-        (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
-    let overrides: Vec<(&str, &str)> = vec![
-        ("database.url", &db_url),
-        ("amqp.prefix", &prefix),
-        ("dispatcher.health_listen", "127.0.0.1:0"),
-        ("database.pool_size", &pool_s),
-        ("dispatcher.per_endpoint_concurrency", &per_endpoint_s),
-        ("dispatcher.batch_size", &batch_s),
-        ("dispatcher.max_in_flight", &max_in_flight_s),
-        ("dispatcher.prefetch", &prefetch_s),
-    ];
-    let settings: Settings = vid_testkit::settings(&overrides);
-
-    // 3. Ceilings of the broker and of the database, before the dispatcher runs.
-    let broker_rate = broker_ceiling(&settings, events, publish_concurrency, prefetch).await;
-    let database_rate = database_ceiling(&settings, events, batch as usize, 2).await;
-    let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
-    let publisher = Publisher::new(&amqp).await.unwrap();
-    Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
+/// One tenant and `endpoints` enabled endpoints at `url` (secrets sealed with
+/// the configured key). Returns the tenant and the connection, kept for the
+/// counts at the end.
+async fn seed_endpoints(settings: &Settings, db_url: &str, url: &str, endpoints: usize) -> (TenantId, AsyncPgConnection) {
     let tenant = TenantId::generate();
-    let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
+    let mut conn = AsyncPgConnection::establish(db_url).await.unwrap();
     diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant), tenants::name.eq("bench"))).execute(&mut conn).await.unwrap();
     let key = SealingKey::from_hex(settings.webhooks.secret_key.expose_secret()).unwrap();
     for _ in 0..endpoints {
@@ -385,7 +404,7 @@ async fn main() {
             .values((
                 ep::id.eq(&id),
                 ep::tenant_id.eq(&tenant),
-                ep::url.eq(&url),
+                ep::url.eq(url),
                 ep::signature_format.eq("webhook-signature"),
                 ep::status.eq("enabled"),
                 ep::secret_sealed.eq(sealed),
@@ -394,24 +413,32 @@ async fn main() {
             .await
             .unwrap();
     }
-    let bench_db_settings = settings.database.clone();
+    (tenant, conn)
+}
+
+/// The in-process dispatcher, running until the returned sender fires.
+fn start_dispatcher(settings: Settings) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<anyhow::Result<()>>) {
     let dispatcher = Dispatcher::build(settings, Arc::new(vid_netguard::StaticResolver::new())).unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(dispatcher.run(async move {
         let _ = stop_rx.await;
     }));
-    let bench_db = vid_db::pool(&bench_db_settings).unwrap();
-    let bench = Arc::new(Bench { tenant, db: bench_db, prefix, publisher, log: log.clone(), expected_per_event: endpoints });
+    (stop_tx, running)
+}
 
-    // Warm-up (connections, prepared statements, queue consumer), not counted.
-    let mut warm = HashMap::new();
-    for msg in bench.record(20).await {
-        let (id, t0) = bench.publish_one(msg).await;
-        warm.insert(id, t0);
-    }
-    bench.collect(&warm, Duration::from_secs(60)).await;
+/// Step 4's figures: sorted publish → receipt latencies, first publish → last
+/// receipt (`span`) and → last confirm (`published_in`), deliveries/s over `span`.
+struct Burst {
+    lat: Vec<Duration>,
+    span: Duration,
+    published_in: Duration,
+    deliveries: usize,
+    rate: f64,
+    dups: usize,
+}
 
-    // 4. Burst.
+/// Step 4: `events` events published as fast as confirmed, then every delivery awaited.
+async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) -> Burst {
     let burst = bench.record(events).await;
     let start = Instant::now();
     let published: HashMap<String, Instant> = futures::stream::iter(burst)
@@ -428,10 +455,22 @@ async fn main() {
     let deliveries = lat.len();
     let rate = deliveries as f64 / span.as_secs_f64().max(1e-9);
     lat.sort();
+    Burst { lat, span, published_in, deliveries, rate, dups }
+}
 
-    // 5. Paced at half the burst throughput (in events/s: deliveries / endpoints).
-    let paced_rate = (rate / 2.0 / endpoints as f64).max(1.0);
-    let paced_n = ((paced_rate * 8.0) as usize).clamp(200, events);
+/// Step 5's figures: the pace in events/s, events, time to publish them, sorted latencies.
+struct Paced {
+    rate: f64,
+    n: usize,
+    elapsed: Duration,
+    lat: Vec<Duration>,
+    dups: usize,
+}
+
+/// Step 5: paced at half the burst throughput (in events/s: deliveries / endpoints).
+async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
+    let paced_rate = (burst_rate / 2.0 / cfg.endpoints as f64).max(1.0);
+    let paced_n = ((paced_rate * 8.0) as usize).clamp(200, cfg.events);
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
     let paced_events = bench.record(paced_n).await;
     let p_start = Instant::now();
@@ -450,21 +489,22 @@ async fn main() {
     let paced_elapsed = p_start.elapsed();
     let (mut plat, _, pdups) = bench.collect(&paced, Duration::from_secs(120)).await;
     plat.sort();
+    Paced { rate: paced_rate, n: paced_n, elapsed: paced_elapsed, lat: plat, dups: pdups }
+}
 
-    // Attempts that did not get a 200 (retried; they inflate the tail).
-    let non_200: i64 =
-        at::table.filter(at::response_status.ne(200).or(at::response_status.is_null())).count().get_result(&mut conn).await.unwrap_or(-1);
-    let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
-
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
-
+/// Prints the report (the lines `scripts/bench-dispatch.sh` passes through). `ceilings`:
+/// broker messages/s, database deliveries/s; `counts`: attempts without a 200, deliveries
+/// not succeeded (-1 if a count failed).
+fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burst, paced: &Paced, counts: (i64, i64)) {
+    let Config { events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency } = *cfg;
+    let ((broker_rate, database_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
     println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} (test profile otherwise: idle_poll_ms=50)");
     println!(
-        "burst: {events} events × {endpoints} endpoint(s) = {deliveries} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
-        span.as_secs_f64(),
-        published_in.as_secs_f64(),
-        events as f64 / published_in.as_secs_f64()
+        "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
+        burst.deliveries,
+        burst.span.as_secs_f64(),
+        burst.published_in.as_secs_f64(),
+        events as f64 / burst.published_in.as_secs_f64()
     );
     println!("dispatcher throughput: {rate:.0} deliveries/s (publish → 2xx received)");
     match wrk_rps {
@@ -487,22 +527,73 @@ async fn main() {
             100.0 * bound / w
         );
     }
+    let (lat, plat) = (&burst.lat, &paced.lat);
     println!(
         "burst latency publish → receipt: p50 {} p99 {} max {}",
-        ms(percentile(&lat, 50.0)),
-        ms(percentile(&lat, 99.0)),
+        ms(percentile(lat, 50.0)),
+        ms(percentile(lat, 99.0)),
         ms(lat.last().copied().unwrap_or_default())
     );
     println!(
-        "paced at {:.0} deliveries/s (half the burst throughput; {paced_n} events in {:.2} s): p50 {} p99 {} max {}",
-        paced_rate * endpoints as f64,
-        paced_elapsed.as_secs_f64(),
-        ms(percentile(&plat, 50.0)),
-        ms(percentile(&plat, 99.0)),
+        "paced at {:.0} deliveries/s (half the burst throughput; {} events in {:.2} s): p50 {} p99 {} max {}",
+        paced.rate * endpoints as f64,
+        paced.n,
+        paced.elapsed.as_secs_f64(),
+        ms(percentile(plat, 50.0)),
+        ms(percentile(plat, 99.0)),
         ms(plat.last().copied().unwrap_or_default())
     );
     println!(
         "duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}",
-        dups, pdups
+        burst.dups, paced.dups
     );
+}
+
+#[tokio::main]
+async fn main() {
+    let cfg = Config::from_env();
+
+    // 1. Receiver, then wrk (run by the script) against it.
+    let log: Log = Arc::default();
+    let (url, wrk_rps) = receiver_and_wrk(&log).await;
+
+    // 2. World.
+    let db_url = vid_testkit::fresh_database().await;
+    let prefix = vid_testkit::unique_prefix();
+    let settings = cfg.settings(&db_url, &prefix);
+
+    // 3. Ceilings of the broker and of the database, before the dispatcher runs.
+    let broker_rate = broker_ceiling(&settings, cfg.events, cfg.publish_concurrency, cfg.prefetch).await;
+    let database_rate = database_ceiling(&settings, cfg.events, cfg.batch as usize, 2).await;
+    let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
+    let publisher = Publisher::new(&amqp).await.unwrap();
+    Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
+    let (tenant, mut conn) = seed_endpoints(&settings, &db_url, &url, cfg.endpoints).await;
+    let bench_db_settings = settings.database.clone();
+    let (stop_tx, running) = start_dispatcher(settings);
+    let bench_db = vid_db::pool(&bench_db_settings).unwrap();
+    let bench = Arc::new(Bench { tenant, db: bench_db, prefix, publisher, log: log.clone(), expected_per_event: cfg.endpoints });
+
+    // Warm-up (connections, prepared statements, queue consumer), not counted.
+    let mut warm = HashMap::new();
+    for msg in bench.record(20).await {
+        let (id, t0) = bench.publish_one(msg).await;
+        warm.insert(id, t0);
+    }
+    bench.collect(&warm, Duration::from_secs(60)).await;
+
+    // 4. Burst.
+    let burst = burst(&bench, cfg.events, cfg.publish_concurrency).await;
+    // 5. Paced at half the burst throughput.
+    let paced = paced(&bench, burst.rate, &cfg).await;
+
+    // Attempts that did not get a 200 (retried; they inflate the tail).
+    let non_200: i64 =
+        at::table.filter(at::response_status.ne(200).or(at::response_status.is_null())).count().get_result(&mut conn).await.unwrap_or(-1);
+    let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
+
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
+
+    report(&cfg, wrk_rps, (broker_rate, database_rate), &burst, &paced, (non_200, not_succeeded));
 }
