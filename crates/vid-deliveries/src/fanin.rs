@@ -81,13 +81,17 @@ pub struct FannedIn {
 
 /// The pairs of the events `$1` (a text array of ids) and the endpoints
 /// matching [`MATCH`] that have no delivery yet (one index probe each on the
-/// `(event_id, endpoint_id)` key): the SELECT of [`fan_in`].
+/// `(event_id, endpoint_id)` key): the SELECT of [`fan_in`]. Ordered by
+/// (event id, endpoint id), so every fan-in inserts (and locks) its pairs in
+/// the same order: the message fan-in and the reconciliation inserting
+/// overlapping pairs at once wait for each other instead of deadlocking.
 pub fn missing_sql() -> String {
     format!(
         "SELECT e.id AS event_id, e.tenant_id, e.event_type, e.payload, w.id AS endpoint_id, w.status \
          FROM events e JOIN webhook_endpoints w ON {MATCH} \
          WHERE e.id = ANY($1) \
-           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.endpoint_id = w.id)"
+           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.endpoint_id = w.id) \
+         ORDER BY e.id, w.id"
     )
 }
 

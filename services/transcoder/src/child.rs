@@ -114,10 +114,24 @@ pub fn worker_command(exe: &Path, spec: &Path) -> Command {
 /// Why the parent wants the child gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
-    /// The operation was cancelled.
-    Cancel,
+    /// A cancel reached this run; [`CancelScope`] says which kind (it decides
+    /// whether the run deletes the outputs it uploaded).
+    Cancel(CancelScope),
     /// The service is shutting down; the job will be requeued.
     Shutdown,
+}
+
+/// Which kind of `CancelTranscode` stopped a run (issue 24's protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelScope {
+    /// The customer's cancel (`run_id` absent): every run of the operation
+    /// stops, and each deletes the outputs it uploaded.
+    Operation,
+    /// A cancel naming this run (`run_id: Some`, the api's "the latest
+    /// Started wins"): only this run stops, and it deletes nothing, because
+    /// every run of an operation writes the same keys: they may be the
+    /// finished owner's outputs.
+    Run,
 }
 
 /// Time limits of one child.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use tokio::process::Command;
 use tokio::sync::watch;
-use vid_transcoder::child::{self, ChildMessage, ChildOutcome, Limits, Stop};
+use vid_transcoder::child::{self, CancelScope, ChildMessage, ChildOutcome, Limits, Stop};
 use vid_transcoder::media::{self, MediaJob};
 
 fn limits(stall: Duration) -> Limits {
@@ -120,12 +120,12 @@ async fn stop_kills_the_child_at_once() {
         while std::fs::read_to_string(&started).map_or(true, |s| !s.ends_with('\n')) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tx.send(Some(Stop::Cancel)).unwrap();
+        tx.send(Some(Stop::Cancel(CancelScope::Operation))).unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await; // keep the sender alive
     });
     let t = Instant::now();
     let out = child::supervise(cmd, limits(Duration::from_secs(60)), rx, |_| {}).await;
-    assert_eq!(out, ChildOutcome::Stopped(Stop::Cancel));
+    assert_eq!(out, ChildOutcome::Stopped(Stop::Cancel(CancelScope::Operation)));
     // `sleep 30` would take 30 s: anything well below proves the kill.
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();

@@ -10,7 +10,8 @@
 //! while transcoding; a graceful shutdown that hands the running job back to
 //! the queue (a republished copy; see `tests/shutdown.rs` for the delivery
 //! count); two copies of one job as two runs, with a cancel naming one run
-//! and a cancel naming none (issue 24). Each checks what the worker's `/metrics` page counted for it: the
+//! and a cancel naming none (issue 24); a late duplicate stopped by a cancel
+//! naming its run, which deletes nothing. Each checks what the worker's `/metrics` page counted for it: the
 //! `amqp_messages_consumed_total` samples carry the test's own queue name, so
 //! they are exact; `transcode_jobs_total` is process-wide, hence "at least".
 
@@ -254,6 +255,32 @@ impl Harness {
     async fn keys_under(&self, prefix: &str) -> Vec<String> {
         let out = self.s3.list_objects_v2().bucket(&self.bucket).prefix(prefix).send().await.unwrap();
         out.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect()
+    }
+
+    /// Every object under `prefix`: key → (bytes, last modified).
+    async fn objects_under(&self, prefix: &str) -> HashMap<String, (Vec<u8>, aws_sdk_s3::primitives::DateTime)> {
+        let out = self.s3.list_objects_v2().bucket(&self.bucket).prefix(prefix).send().await.unwrap();
+        let mut objects = HashMap::new();
+        for o in out.contents() {
+            let key = o.key().unwrap().to_owned();
+            let got = self.s3.get_object().bucket(&self.bucket).key(&key).send().await.unwrap();
+            let bytes = got.body.collect().await.unwrap().into_bytes().to_vec();
+            objects.insert(key, (bytes, *o.last_modified().unwrap()));
+        }
+        objects
+    }
+
+    /// Waits (≤ 120 s) until an object under `prefix` was written after `since`.
+    async fn rewritten_after(&self, prefix: &str, since: aws_sdk_s3::primitives::DateTime) {
+        let t = Instant::now();
+        loop {
+            let out = self.s3.list_objects_v2().bucket(&self.bucket).prefix(prefix).send().await.unwrap();
+            if out.contents().iter().any(|o| o.last_modified().is_some_and(|m| m.as_nanos() > since.as_nanos())) {
+                return;
+            }
+            assert!(t.elapsed() < Duration::from_secs(120), "no object under {prefix} was written again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Messages ready in this test's jobs queue.
@@ -581,5 +608,47 @@ async fn a_cancel_without_a_run_id_stops_every_run() {
     assert_eq!((h.consumed("ack"), h.consumed("requeue")), (2.0, 0.0));
     assert_eq!(std::fs::read_dir(h.work_dir()).unwrap().count(), 0, "both job directories removed");
     assert_jobs_total("cancelled", 2.0).await;
+    h.finish().await;
+}
+
+/// A late duplicate stopped by a cancel NAMING its run (the api's "the latest
+/// Started wins") deletes nothing, even after it has begun to write the
+/// operation's keys again: those keys are the finished run's outputs too.
+/// Only the customer's cancel (no run id) deletes outputs (see
+/// `a_cancel_without_a_run_id_stops_every_run`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_targeted_cancel_of_a_late_duplicate_deletes_nothing() {
+    let h = Harness::start().await;
+    let src = h.clips.av("long.mp4", "1280x720", "12");
+    let job = h.upload_job(Some(&src)).await;
+    h.publish(&job).await;
+    let first = h.terminal(&job).await;
+    assert!(matches!(first.last().unwrap().kind, ReportKind::Succeeded { .. }), "the first run succeeds: {first:#?}");
+    let a = first[0].run_id.clone();
+    h.wait_consumed("ack", 1.0).await;
+    let before = h.objects_under(&job.output_prefix).await;
+    assert!(before.keys().any(|k| k.ends_with("poster.jpg")) && before.keys().any(|k| k.contains("/stream/")), "{:?}", before.keys());
+    let written = before.values().map(|(_, m)| *m).max_by_key(|m| m.as_nanos()).unwrap();
+    // The late duplicate: wait until it is uploading (it replaced one of the keys), then stop it by its run id.
+    h.publish(&job).await;
+    h.rewritten_after(&job.output_prefix, written).await;
+    let r = h.reports(&job);
+    let b = r.iter().map(|x| x.run_id.clone()).find(|x| *x != a).expect("the duplicate's run reported");
+    h.cancel(&job, Some(&b)).await;
+    h.wait_consumed("ack", 2.0).await;
+    h.reports_delivered().await;
+    let rb = of_run(&h.reports(&job), &b);
+    assert!(rb.iter().all(|x| !is_terminal(x)), "the duplicate was stopped while uploading: {rb:#?}");
+    let after = h.objects_under(&job.output_prefix).await;
+    let mut keys: Vec<_> = before.keys().collect();
+    keys.sort();
+    let mut kept: Vec<_> = after.keys().collect();
+    kept.sort();
+    assert_eq!(kept, keys, "every object of the finished run is still there");
+    for (key, (bytes, _)) in &before {
+        assert!(after[key].0 == *bytes, "{key}: the same bytes ({} before, {} after)", bytes.len(), after[key].0.len());
+    }
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (2.0, 0.0));
+    assert_jobs_total("cancelled", 1.0).await;
     h.finish().await;
 }

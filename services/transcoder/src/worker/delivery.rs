@@ -24,7 +24,7 @@ use super::metrics::{consumed, job_outcome};
 use super::reports::{ProgressReporter, Reports};
 use super::session::{Active, Running};
 use super::stop::StepError;
-use crate::child::Stop;
+use crate::child::{CancelScope, Stop};
 use crate::workdir::JobDir;
 
 /// How a job ended, i.e. what to do with its delivery.
@@ -137,7 +137,8 @@ impl Worker {
 
     /// Creates the job's work dir, reports `Started` (every report carries
     /// `run_id`, this delivery's run, and the job's `attempt`), runs the steps, and
-    /// sends the terminal report (or deletes the outputs after a cancel).
+    /// sends the terminal report (or, after the customer's cancel, deletes the
+    /// outputs it uploaded; a cancel naming this run deletes nothing).
     async fn process(&self, job: &TranscodeJob, run_id: String, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
         let root = &self.settings.transcoder.work_dir;
         let work = match JobDir::create(root, &job.operation_id) {
@@ -170,8 +171,13 @@ impl Worker {
                     Err(e) => JobEnd::Transient(e),
                 }
             }
-            Err(StepError::Stopped(Stop::Cancel)) => {
+            Err(StepError::Stopped(Stop::Cancel(CancelScope::Operation))) => {
                 self.delete_outputs(&uploaded).await;
+                JobEnd::Cancelled
+            }
+            Err(StepError::Stopped(Stop::Cancel(CancelScope::Run))) => {
+                // The same keys as the owner's (maybe finished) outputs: keep them.
+                tracing::info!(written = uploaded.len(), "stopped by a cancel naming this run: outputs kept");
                 JobEnd::Cancelled
             }
             Err(StepError::Stopped(Stop::Shutdown)) => JobEnd::Shutdown,

@@ -29,8 +29,9 @@
 //!    dead-letters a job that keeps failing.
 //! 6. A `CancelTranscode` on the control fan-out for an operation held here
 //!    (for every run, or for this run when it names one, see Duplicates):
-//!    the child is killed, uploaded outputs deleted, the job acked, nothing
-//!    more published.
+//!    the child is killed, the job acked, nothing more published; after the
+//!    customer's cancel (no run id) the outputs this run uploaded are
+//!    deleted, after a cancel naming the run nothing is.
 //! 7. Shutdown: the consumer is cancelled, running jobs get
 //!    `shutdown_grace_seconds` to finish; the rest are killed and handed
 //!    back to the queue without spending a delivery (below).
@@ -97,8 +98,12 @@
 //! - A cancel naming a run stops only that run here; a run of the same
 //!   operation under another id goes on. A cancel without a run id (the
 //!   customer's `:cancel`) stops every run of the operation, as before. A
-//!   stopped run deletes the outputs it uploaded itself (none, while it was
-//!   still transcoding), acks, and reports nothing more.
+//!   stopped run acks and reports nothing more. Only a run stopped by the
+//!   customer's cancel deletes the outputs it uploaded itself (none, while
+//!   it was still transcoding). A run stopped by a cancel naming it deletes
+//!   nothing: every run of an operation writes the same keys, so what it
+//!   wrote may be the finished owner's renditions, stream and poster
+//!   ([`crate::child::CancelScope`]).
 //!
 //! What makes a duplicate harmless while it runs:
 //!
@@ -110,10 +115,14 @@
 //!   replaces an object whole, so a reader sees one complete version or the
 //!   other.
 //! - The api applies reports under the operation's row lock
-//!   (`services/api/src/lifecycle.rs`): progress never goes back, and a
-//!   terminal status is never overwritten. A `Succeeded` for an operation
-//!   that ended otherwise (cancelled, failed) has its outputs deleted by the
-//!   api.
+//!   (`services/api/src/domain/operation.rs`): progress never goes back, a
+//!   terminal status is never overwritten, and every report of a run that
+//!   does not own the operation is ignored; nothing is deleted for it (its
+//!   outputs are the same keys, written whole). Neither a targeted cancel
+//!   nor a non-owner's report ever deletes an output. The api deletes the
+//!   outputs named by the OWNER's `Succeeded` only when the operation had
+//!   already ended otherwise (the customer's cancel won the race, or it
+//!   failed), `services/api/src/consumers.rs`.
 //! - A copy of an infected source's job finds the source quarantined and
 //!   reports the same `malware_detected` (ignored as a duplicate).
 //! - Each delivery has its own state here, its own run id and its own job

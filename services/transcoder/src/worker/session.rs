@@ -25,7 +25,7 @@ use vid_infra::amqp::Publisher;
 
 use super::context::Worker;
 use super::metrics::consumed;
-use crate::child::Stop;
+use crate::child::{CancelScope, Stop};
 
 /// Running jobs by delivery tag: operation, run id and the stop switch of its child.
 pub(super) type Active = Arc<Mutex<HashMap<u64, Running>>>;
@@ -128,10 +128,11 @@ impl Worker {
         match serde_json::from_slice::<CancelTranscode>(&d.data) {
             Ok(c) => {
                 let (mut held, mut stopped) = (0, 0);
+                let scope = if c.run_id.is_some() { CancelScope::Run } else { CancelScope::Operation };
                 for run in active.lock().unwrap().values().filter(|r| r.operation_id == c.operation_id) {
                     held += 1;
                     if run.is_target_of(&c) {
-                        let _ = run.stop.send(Some(Stop::Cancel));
+                        let _ = run.stop.send(Some(Stop::Cancel(scope)));
                         stopped += 1;
                     }
                 }

@@ -5,7 +5,7 @@
 //!
 //! Invariants: nothing reaches the libav child before a clean scan verdict;
 //! every key uploaded is recorded in `uploaded` before its upload starts (so
-//! a cancel deletes it); the terminal report is returned, never sent here.
+//! the customer's cancel deletes it; a cancel naming the run deletes nothing); the terminal report is returned, never sent here.
 
 use std::time::{Duration, Instant};
 

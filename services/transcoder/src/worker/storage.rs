@@ -71,7 +71,8 @@ impl Worker {
         upload_file(&self.s3, &self.settings.s3.bucket, path, key, content_type).await.map_err(StepError::Transient)
     }
 
-    /// Deletes `keys` (after a cancel); failures are logged.
+    /// Deletes `keys` (after the customer's cancel, never after a cancel
+    /// naming one run); failures are logged. S3 DeleteObject per key.
     pub(super) async fn delete_outputs(&self, keys: &[String]) {
         for key in keys {
             match self.s3.delete_object().bucket(&self.settings.s3.bucket).key(key).send().await {
