@@ -22,6 +22,8 @@ cd "$ROOT"
 source scripts/podman-env.sh
 
 CACHE="$ROOT/.local/images"
+# Logs go here too, also when the base images exist already (a fresh clone on a machine that built them).
+mkdir -p "$CACHE"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_RUNTIME=localhost/vid-base/debian:bookworm-slim
 BASE_RUST=localhost/vid-base/rust:1.95-bookworm
