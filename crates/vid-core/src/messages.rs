@@ -27,6 +27,17 @@ pub struct TranscodeJob {
     pub source_size_bytes: u64,
     /// Key prefix for outputs, ending in `/` (e.g. `tenants/ten_…/videos/vid_…/`).
     pub output_prefix: String,
+    /// The api's publish count for this operation: 1 for the job `complete`
+    /// publishes, n+1 for the n-th re-drive (issue 24's protocol). For logs
+    /// and metrics; echoed in every [`TranscodeReport`]. Absent in older
+    /// messages: 1.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+/// The `attempt` of a job message that has none: the first publish.
+fn first_attempt() -> u32 {
+    1
 }
 
 /// transcoder → api: one step of a job. Reports for the same operation may
@@ -42,6 +53,16 @@ pub struct TranscodeReport {
     pub worker: String,
     /// When the worker emitted it.
     pub emitted_at: DateTime<Utc>,
+    /// The run that sent it: a ULID (26 Crockford base-32 characters) the
+    /// transcoder mints each time it takes a delivery of a job message, so
+    /// two copies of one job, or a redelivery, are two runs. Every report of
+    /// a run carries it; the api lets the latest `Started` run own the
+    /// operation (issue 24). Absent in reports of older transcoders: "".
+    #[serde(default)]
+    pub run_id: String,
+    /// The job's [`TranscodeJob::attempt`], echoed. Absent in older reports: 1.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
     /// What happened.
     #[serde(flatten)]
     pub kind: ReportKind,
@@ -104,6 +125,12 @@ pub struct EventPublished {
 pub struct CancelTranscode {
     /// The cancelled operation.
     pub operation_id: OperationId,
+    /// `None`: stop every run of the operation (the customer's `:cancel`).
+    /// `Some(r)`: stop only the run `r` (a [`TranscodeReport::run_id`]); a
+    /// transcoder holding the operation under another run ignores it.
+    /// Absent from the JSON when `None`, so older transcoders read it as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -119,11 +146,14 @@ mod tests {
             video_id: VideoId::generate(),
             worker: "w1".into(),
             emitted_at: Utc::now(),
+            run_id: "01JDQ8Z6V8W3K5N2P4R6T8X0YA".into(),
+            attempt: 2,
             kind: ReportKind::Progress { phase: Phase::Transcoding, percent: 42 },
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["kind"], "progress");
         assert_eq!(v["percent"], 42);
+        assert_eq!((v["run_id"].as_str(), v["attempt"].as_u64()), (Some("01JDQ8Z6V8W3K5N2P4R6T8X0YA"), Some(2)));
         assert_eq!(serde_json::from_value::<TranscodeReport>(v).unwrap(), r);
 
         let scanned = TranscodeReport { kind: ReportKind::Scanned { outcome: ScanOutcome::Skipped }, ..r.clone() };
@@ -148,6 +178,7 @@ mod tests {
             source_key: "tenants/t/uploads/u/source".into(),
             source_size_bytes: 10,
             output_prefix: "tenants/t/videos/v/".into(),
+            attempt: 3,
         };
         assert_eq!(serde_json::from_str::<TranscodeJob>(&serde_json::to_string(&job).unwrap()).unwrap(), job);
         let event = Event {
@@ -158,7 +189,37 @@ mod tests {
         };
         let msg = EventPublished { tenant_id: job.tenant_id.clone(), payload: serde_json::to_string(&event).unwrap(), event };
         assert_eq!(serde_json::from_str::<EventPublished>(&serde_json::to_string(&msg).unwrap()).unwrap(), msg);
-        let c = CancelTranscode { operation_id: job.operation_id };
-        assert_eq!(serde_json::from_str::<CancelTranscode>(&serde_json::to_string(&c).unwrap()).unwrap(), c);
+        let c = CancelTranscode { operation_id: job.operation_id.clone(), run_id: None };
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("run_id"), "a cancel of every run has no run_id: {json}");
+        assert_eq!(serde_json::from_str::<CancelTranscode>(&json).unwrap(), c);
+        let targeted = CancelTranscode { operation_id: job.operation_id, run_id: Some("01JDQ8Z6V8W3K5N2P4R6T8X0YA".into()) };
+        let v = serde_json::to_value(&targeted).unwrap();
+        assert_eq!(v["run_id"], "01JDQ8Z6V8W3K5N2P4R6T8X0YA");
+        assert_eq!(serde_json::from_value::<CancelTranscode>(v).unwrap(), targeted);
+    }
+
+    /// Messages from before issue 24 (no `attempt`, `run_id`) still parse:
+    /// attempt 1, run "", cancel of every run.
+    #[test]
+    fn messages_without_the_run_fields_still_parse() {
+        let op = OperationId::generate();
+        let vid = VideoId::generate();
+        let ten = TenantId::generate();
+        let job: TranscodeJob = serde_json::from_value(serde_json::json!({
+            "operation_id": op, "video_id": vid, "tenant_id": ten,
+            "source_key": "tenants/t/uploads/u/source", "source_size_bytes": 7, "output_prefix": "tenants/t/videos/v/"
+        }))
+        .unwrap();
+        assert_eq!((job.attempt, job.source_size_bytes), (1, 7));
+        let report: TranscodeReport = serde_json::from_value(serde_json::json!({
+            "operation_id": op, "video_id": vid, "worker": "old/1", "emitted_at": "2026-12-01T15:00:00Z",
+            "kind": "progress", "phase": "transcoding", "percent": 40
+        }))
+        .unwrap();
+        assert_eq!((report.run_id.as_str(), report.attempt), ("", 1));
+        assert_eq!(report.kind, ReportKind::Progress { phase: Phase::Transcoding, percent: 40 });
+        let cancel: CancelTranscode = serde_json::from_value(serde_json::json!({ "operation_id": op })).unwrap();
+        assert_eq!(cancel, CancelTranscode { operation_id: op, run_id: None });
     }
 }

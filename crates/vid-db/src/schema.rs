@@ -74,6 +74,9 @@ diesel::table! {
         heartbeat_at -> Nullable<Timestamptz>,
         revision -> Int8,
         scan -> Nullable<Text>,
+        run_id -> Nullable<Text>,
+        job_attempt -> Int4,
+        job_published_at -> Timestamptz,
     }
 }
 

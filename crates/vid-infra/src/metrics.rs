@@ -19,6 +19,9 @@
 //!   name, e.g. `vid.transcode.jobs`, or the transcoder's control exchange `vid.control` for
 //!   its server-named cancel queue; outcome `ack|requeue|reject`)
 //! - `outbox_messages_published_total{exchange}` (api's outbox relay, counted after the commit)
+//! - `jobs_redriven_total`, `operations_job_lost_total` (api janitor: transcode jobs published
+//!   again for `pending` operations, and operations failed `job_lost`), gauge
+//!   `oldest_pending_operation_age_seconds` (api janitor, each pass; 0 when none is pending)
 //! - `transcode_duration_seconds{rendition}` (transcoder: wall-clock seconds of the single-decode
 //!   transcode pass, recorded for each rung it produced), `transcode_jobs_total{outcome}`
 //!   (`succeeded|failed|cancelled|shutdown|retry|malformed`)

@@ -131,10 +131,11 @@ async fn settle(queue: &str, delivery: &lapin::message::Delivery, outcome: anyho
     Ok(())
 }
 
-/// Applies one transcoder report through [`operation::apply`].
+/// Applies one transcoder report through [`operation::apply_report`] (as its
+/// run: reports of a run that does not own the operation are ignored).
 pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow::Result<()> {
     let transition = match &report.kind {
-        ReportKind::Started => Transition::Progress { phase: None, percent: 0 },
+        ReportKind::Started => Transition::Started,
         ReportKind::Progress { phase, percent } => Transition::Progress { phase: Some(*phase), percent: *percent },
         ReportKind::Scanned { outcome } => Transition::Scan(*outcome),
         ReportKind::Succeeded { source, renditions, poster } => {
@@ -143,7 +144,7 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ReportKind::Failed { error, source } => Transition::Finish(Outcome::Failed { error: error.clone(), source: source.clone() }),
     };
     let mut conn = state.db.get().await?;
-    let applied = operation::apply(&mut conn, &state.outbox, &report.operation_id, transition).await?;
+    let applied = operation::apply_report(&mut conn, &state.outbox, &report.operation_id, &report.run_id, transition).await?;
     drop(conn);
     if let (ReportKind::Succeeded { renditions, poster, .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
         // Cancel won the race: the outputs must not outlive it.
@@ -156,7 +157,14 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
     }
     match &report.kind {
         ReportKind::Progress { .. } => tracing::debug!(operation_id = %report.operation_id, ?applied, "report applied"),
-        kind => tracing::info!(operation_id = %report.operation_id, report = report_name(kind), ?applied, "report applied"),
+        kind => tracing::info!(
+            operation_id = %report.operation_id,
+            run_id = %report.run_id,
+            attempt = report.attempt,
+            report = report_name(kind),
+            ?applied,
+            "report applied"
+        ),
     }
     Ok(())
 }

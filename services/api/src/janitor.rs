@@ -1,5 +1,9 @@
-//! Periodic clean-up: expire abandoned uploads, fail operations whose worker went silent.
-//! Safe to run in every replica at once: each change is a guarded UPDATE.
+//! Periodic clean-up: expire abandoned uploads, fail operations whose worker
+//! went silent, re-drive transcode jobs the broker may have lost (issue 24:
+//! PostgreSQL is the truth for transcode jobs; see [`redrive`]).
+//! Safe to run in every replica at once: each change is a guarded UPDATE
+//! (for operations: a transition under the row lock, guarded by the status
+//! and `job_attempt` the pass read).
 
 use std::time::Duration;
 
@@ -55,9 +59,66 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
             failed += 1;
         }
     }
+    redrive(state, &mut conn, now).await?;
     drop(conn);
     crate::idempotency::purge_expired(&state.db).await?;
     Ok((expired, failed))
+}
+
+/// What one [`redrive`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Redriven {
+    /// Seconds since the oldest `pending` operation was accepted, at the
+    /// pass's `now` (`oldest_pending_operation_age_seconds`; 0 when none).
+    pub oldest_pending_age_seconds: f64,
+    /// Jobs published again (`jobs_redriven_total`).
+    pub redriven: usize,
+    /// Operations failed as `job_lost` (`operations_job_lost_total`).
+    pub lost: usize,
+}
+
+/// Re-drives stale `pending` operations: a job last published more than
+/// `operations.redrive_after_seconds` ago is published again through the
+/// outbox (attempt + 1) while fewer than `operations.max_redrives` re-drives
+/// were made; after that, once the operation is older than
+/// `operations.job_lost_after_seconds`, it fails with `job_lost`. Sets the
+/// gauge `oldest_pending_operation_age_seconds` (0 when none is pending).
+/// At most 100 operations per pass (oldest publication first).
+pub async fn redrive(state: &AppState, conn: &mut crate::store::Conn, now: chrono::DateTime<Utc>) -> anyhow::Result<Redriven> {
+    let o = &state.settings.operations;
+    let oldest = operations::oldest_pending(conn).await?;
+    let age = oldest.map_or(0.0, |t| (now - t).num_milliseconds().max(0) as f64 / 1000.0);
+    vid_infra::metrics::gauge!("oldest_pending_operation_age_seconds").set(age);
+    let published_before = now - chrono::Duration::seconds(o.redrive_after_seconds as i64);
+    let lost_before = now - chrono::Duration::seconds(o.job_lost_after_seconds as i64);
+    let max_attempt = i32::try_from(o.max_redrives).unwrap_or(i32::MAX - 1) + 1;
+    let mut done = Redriven { oldest_pending_age_seconds: age, ..Default::default() };
+    for stale in operations::stale_pending(conn, published_before, max_attempt, lost_before, 100).await? {
+        let transition = if stale.job_attempt < max_attempt {
+            Transition::Redrive { seen: stale.job_attempt }
+        } else {
+            let error = codes::JOB_LOST.problem().with_detail(format!(
+                "no transcoder took the job after {} re-drives in {} s",
+                stale.job_attempt - 1,
+                (now - stale.created_at).num_seconds()
+            ));
+            Transition::JobLost { seen: stale.job_attempt, error }
+        };
+        let redrive = matches!(transition, Transition::Redrive { .. });
+        if operation::apply(conn, &state.outbox, &stale.id, transition).await? != Applied::Changed {
+            continue; // another replica got there first, or a transcoder started it
+        }
+        if redrive {
+            tracing::warn!(operation_id = %stale.id, attempt = stale.job_attempt + 1, "pending too long: transcode job re-driven");
+            vid_infra::metrics::counter!("jobs_redriven_total").increment(1);
+            done.redriven += 1;
+        } else {
+            tracing::error!(operation_id = %stale.id, attempts = stale.job_attempt, "transcode job lost: operation failed (job_lost)");
+            vid_infra::metrics::counter!("operations_job_lost_total").increment(1);
+            done.lost += 1;
+        }
+    }
+    Ok(done)
 }
 
 /// Expires uploads stuck in `completing` past their `expires_at` and

@@ -120,7 +120,7 @@ impl Application {
             tokio::spawn(consumers::run(state.clone(), stop_rx)),
         ];
         let background = [
-            tokio::spawn(janitor::run(state.clone(), Duration::from_secs(30))),
+            tokio::spawn(janitor::run(state.clone(), Duration::from_secs(state.settings.operations.janitor_interval_seconds.max(1)))),
             tokio::spawn(watch::run_listener(state.watchers.clone(), state.settings.database.url.expose_secret().to_owned())),
         ];
         let draining = self.draining;

@@ -71,6 +71,35 @@ pub struct OperationSettings {
     /// process; past it the answer is `429 too_many_watchers`.
     #[serde(default = "default_max_watchers_per_tenant")]
     pub max_watchers_per_tenant: usize,
+    /// A `pending` operation (no `Started` accepted) whose job was last
+    /// published this many seconds ago has it published again (attempt + 1).
+    #[serde(default = "default_redrive_after_seconds")]
+    pub redrive_after_seconds: u64,
+    /// Re-drives before a `pending` operation may fail as `job_lost`.
+    #[serde(default = "default_max_redrives")]
+    pub max_redrives: u32,
+    /// ...and the age (seconds since `complete`) it must also have reached.
+    #[serde(default = "default_job_lost_after_seconds")]
+    pub job_lost_after_seconds: u64,
+    /// Seconds between janitor passes.
+    #[serde(default = "default_janitor_interval_seconds")]
+    pub janitor_interval_seconds: u64,
+}
+
+fn default_redrive_after_seconds() -> u64 {
+    1800
+}
+
+fn default_max_redrives() -> u32 {
+    8
+}
+
+fn default_job_lost_after_seconds() -> u64 {
+    86400
+}
+
+fn default_janitor_interval_seconds() -> u64 {
+    30
 }
 
 fn default_max_watchers_per_tenant() -> usize {

@@ -12,7 +12,7 @@ use common::{problem_code, TestApi};
 use vid_api::domain::operation::{self, Applied, Outcome, Transition};
 use vid_core::operation::{OperationStatus, Phase, WaitReason};
 use vid_core::video::SourceMetadata;
-use vid_core::{OperationId, TenantId, UploadId, VideoId};
+use vid_core::{OperationId, TenantId};
 use vid_db::RunQueryDsl;
 
 /// A tenant with a key, and a `pending` operation of it (rows as `complete` writes them).
@@ -23,37 +23,7 @@ async fn tenant_with_operation(api: &TestApi) -> (TenantId, vid_client::Client, 
 }
 
 async fn new_operation(api: &TestApi, tenant: &TenantId) -> OperationId {
-    use diesel::sql_types::Text;
-    let (upload, video, op) = (UploadId::generate(), VideoId::generate(), OperationId::generate());
-    let mut conn = api.state.db.get().await.unwrap();
-    diesel::sql_query(
-        "INSERT INTO uploads (id, tenant_id, status, size_bytes, content_type, part_size, part_count, storage_key, s3_upload_id, expires_at)
-         VALUES ($1, $2, 'completed', 1, 'video/mp4', 1, 1, 'k', 's', now() + interval '1 day')",
-    )
-    .bind::<Text, _>(upload.as_str())
-    .bind::<Text, _>(tenant.as_str())
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    diesel::sql_query(
-        "INSERT INTO videos (id, tenant_id, upload_id, operation_id, status, content_type, source_key)
-         VALUES ($1, $2, $3, $4, 'processing', 'video/mp4', 'k')",
-    )
-    .bind::<Text, _>(video.as_str())
-    .bind::<Text, _>(tenant.as_str())
-    .bind::<Text, _>(upload.as_str())
-    .bind::<Text, _>(op.as_str())
-    .execute(&mut conn)
-    .await
-    .unwrap();
-    diesel::sql_query("INSERT INTO operations (id, tenant_id, video_id, status, phase) VALUES ($1, $2, $3, 'pending', 'queued')")
-        .bind::<Text, _>(op.as_str())
-        .bind::<Text, _>(tenant.as_str())
-        .bind::<Text, _>(video.as_str())
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    op
+    common::pending_operation(api, tenant).await.0
 }
 
 /// Applies a transition as the consumers do.

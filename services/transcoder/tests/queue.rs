@@ -9,7 +9,8 @@
 //! (transient: requeued until the delivery limit dead-letters it); a cancel
 //! while transcoding; a graceful shutdown that hands the running job back to
 //! the queue (a republished copy; see `tests/shutdown.rs` for the delivery
-//! count). Each checks what the worker's `/metrics` page counted for it: the
+//! count); two copies of one job as two runs, with a cancel naming one run
+//! and a cancel naming none (issue 24). Each checks what the worker's `/metrics` page counted for it: the
 //! `amqp_messages_consumed_total` samples carry the test's own queue name, so
 //! they are exact; `transcode_jobs_total` is process-wide, hence "at least".
 
@@ -129,7 +130,15 @@ impl Harness {
         self.s3.put_object().bucket(&self.bucket).key(key).body(body).send().await.unwrap();
     }
 
+    /// Uploads `source` (if any) and publishes its job, as the api's outbox does.
     async fn submit(&self, source: Option<&Path>) -> TranscodeJob {
+        let job = self.upload_job(source).await;
+        self.publish(&job).await;
+        job
+    }
+
+    /// Uploads `source` (if any) and returns its job (attempt 1), unpublished.
+    async fn upload_job(&self, source: Option<&Path>) -> TranscodeJob {
         let op = OperationId::generate();
         let source_key = format!("{}{op}/source", self.key_prefix);
         let size = match source {
@@ -139,16 +148,44 @@ impl Harness {
             }
             None => 1234,
         };
-        let job = TranscodeJob {
+        TranscodeJob {
             operation_id: op.clone(),
             video_id: VideoId::generate(),
             tenant_id: TenantId::generate(),
             source_key,
             source_size_bytes: size,
             output_prefix: format!("{}{op}/out/", self.key_prefix),
+            attempt: 1,
+        }
+    }
+
+    /// Publishes `job` (once more: a duplicate or a re-drive is the same message).
+    async fn publish(&self, job: &TranscodeJob) {
+        let op = job.operation_id.as_str();
+        self.publisher.publish_json(&self.topology.transcode_exchange(), RK_JOB, job, Some(op)).await.unwrap();
+    }
+
+    /// Publishes a `CancelTranscode` for `job`, for the run `run_id` or (None) every run.
+    async fn cancel(&self, job: &TranscodeJob, run_id: Option<&str>) {
+        let c = CancelTranscode { operation_id: job.operation_id.clone(), run_id: run_id.map(str::to_owned) };
+        self.publisher.publish_json(&self.topology.control_exchange(), "", &c, None).await.unwrap();
+    }
+
+    /// Waits (≤ 60 s) until two runs of `job` are transcoding; returns their run ids.
+    async fn two_runs_transcoding(&self, job: &TranscodeJob) -> (String, String) {
+        let transcoding = |r: &[TranscodeReport]| {
+            let mut runs: Vec<String> = r
+                .iter()
+                .filter(|r| matches!(r.kind, ReportKind::Progress { phase: Phase::Transcoding, .. }))
+                .map(|r| r.run_id.clone())
+                .collect();
+            runs.sort();
+            runs.dedup();
+            runs
         };
-        self.publisher.publish_json(&self.topology.transcode_exchange(), RK_JOB, &job, Some(op.as_str())).await.unwrap();
-        job
+        let r = self.wait_for(job, "two runs transcoding", Duration::from_secs(60), |r| transcoding(r).len() >= 2).await;
+        let runs = transcoding(&r);
+        (runs[0].clone(), runs[1].clone())
     }
 
     fn reports(&self, job: &TranscodeJob) -> Vec<TranscodeReport> {
@@ -195,12 +232,15 @@ impl Harness {
             source_key: String::new(),
             source_size_bytes: 0,
             output_prefix: String::new(),
+            attempt: 1,
         };
         let report = TranscodeReport {
             operation_id: marker.operation_id.clone(),
             video_id: marker.video_id.clone(),
             worker: "queue-test-marker".into(),
             emitted_at: chrono::Utc::now(),
+            run_id: String::new(),
+            attempt: 1,
             kind: ReportKind::Started,
         };
         let op = marker.operation_id.as_str();
@@ -283,6 +323,16 @@ async fn assert_jobs_total(outcome: &str, at_least: f64) {
     }
 }
 
+/// A canonical ULID: 26 Crockford base-32 characters.
+fn is_ulid(s: &str) -> bool {
+    s.len() == 26 && ulid::Ulid::from_string(s).is_ok()
+}
+
+/// The reports of one run.
+fn of_run(reports: &[TranscodeReport], run_id: &str) -> Vec<TranscodeReport> {
+    reports.iter().filter(|r| r.run_id == run_id).cloned().collect()
+}
+
 fn is_terminal(r: &TranscodeReport) -> bool {
     matches!(r.kind, ReportKind::Succeeded { .. } | ReportKind::Failed { .. })
 }
@@ -318,6 +368,8 @@ async fn a_job_succeeds_with_its_reports_and_outputs_in_s3() {
         eprintln!("{} {:?}", x.emitted_at.format("%H:%M:%S%.3f"), x.kind);
     }
     check_sequence(&r);
+    assert!(is_ulid(&r[0].run_id), "a run id is a ULID: {:?}", r[0].run_id);
+    assert!(r.iter().all(|x| x.run_id == r[0].run_id && x.attempt == 1), "one run, attempt echoed: {r:#?}");
     let ReportKind::Succeeded { source, renditions, poster } = &r.last().unwrap().kind else { panic!("{r:#?}") };
     assert_eq!((source.width, source.height), (640, 360));
     assert_eq!(renditions.iter().map(|r| (r.name.as_str(), r.width, r.height)).collect::<Vec<_>>(), vec![("360p", 640, 360)]);
@@ -409,10 +461,7 @@ async fn a_cancel_while_transcoding_stops_the_work_and_deletes_the_outputs() {
     let wd = h.work_dir().join(job.operation_id.as_str());
     assert!(wd.exists());
     let t = Instant::now();
-    h.publisher
-        .publish_json(&h.topology.control_exchange(), "", &CancelTranscode { operation_id: job.operation_id.clone() }, None)
-        .await
-        .unwrap();
+    h.cancel(&job, None).await;
     // The issue asks for 2 s on an idle machine; the bound here only catches
     // a cancel that is lost or waits for the encode (the clip is 20 s long).
     while wd.exists() {
@@ -455,5 +504,58 @@ async fn a_graceful_shutdown_hands_the_running_job_back() {
     assert_eq!(serde_json::from_slice::<TranscodeJob>(&m.delivery.data).unwrap().operation_id, job.operation_id);
     assert_eq!((h.consumed("requeue"), h.consumed("ack")), (1.0, 0.0));
     assert_jobs_total("shutdown", 1.0).await;
+    h.finish().await;
+}
+
+/// Issue 24: the same job message delivered twice to one worker (concurrency
+/// 2) is two runs with two run ids; a cancel naming one run stops only that
+/// run, the other finishes and succeeds. Every report echoes the job's attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_copies_are_two_runs_and_a_cancel_naming_one_stops_only_that_run() {
+    let h = Harness::start().await;
+    let src = h.clips.av("long.mp4", "1280x720", "12");
+    let job = TranscodeJob { attempt: 2, ..h.upload_job(Some(&src)).await };
+    h.publish(&job).await;
+    h.publish(&job).await;
+    let (a, b) = h.two_runs_transcoding(&job).await;
+    assert!(is_ulid(&a) && is_ulid(&b) && a != b, "two different run ids: {a} {b}");
+    h.cancel(&job, Some(&a)).await;
+    h.terminal(&job).await;
+    h.wait_consumed("ack", 2.0).await;
+    h.reports_delivered().await;
+    let r = h.reports(&job);
+    let (ra, rb) = (of_run(&r, &a), of_run(&r, &b));
+    assert_eq!(ra.len() + rb.len(), r.len(), "every report carries one of the two runs: {r:#?}");
+    assert!(r.iter().all(|x| x.attempt == 2), "the attempt is echoed: {r:#?}");
+    assert!(ra.iter().all(|x| !is_terminal(x)), "the cancelled run reports nothing terminal: {ra:#?}");
+    check_sequence(&rb);
+    let ReportKind::Succeeded { renditions, .. } = &rb.last().unwrap().kind else { panic!("the other run succeeds: {rb:#?}") };
+    let keys = h.keys_under(&job.output_prefix).await;
+    assert!(renditions.iter().all(|x| keys.contains(&x.storage_key)), "the surviving run's outputs stay: {keys:?}");
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (2.0, 0.0));
+    assert_eq!(std::fs::read_dir(h.work_dir()).unwrap().count(), 0, "both job directories removed");
+    assert_jobs_total("cancelled", 1.0).await;
+    assert_jobs_total("succeeded", 1.0).await;
+    h.finish().await;
+}
+
+/// A cancel without a run id (the customer's `:cancel`) stops every run of the operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_without_a_run_id_stops_every_run() {
+    let h = Harness::start().await;
+    let src = h.clips.av("long.mp4", "1280x720", "12");
+    let job = h.upload_job(Some(&src)).await;
+    h.publish(&job).await;
+    h.publish(&job).await;
+    let (a, b) = h.two_runs_transcoding(&job).await;
+    h.cancel(&job, None).await;
+    h.wait_consumed("ack", 2.0).await;
+    h.reports_delivered().await;
+    let r = h.reports(&job);
+    assert!(r.iter().all(|x| !is_terminal(x) && (x.run_id == a || x.run_id == b)), "both runs stopped, nothing terminal: {r:#?}");
+    assert!(h.keys_under(&job.output_prefix).await.is_empty(), "no outputs left after a cancel");
+    assert_eq!((h.consumed("ack"), h.consumed("requeue")), (2.0, 0.0));
+    assert_eq!(std::fs::read_dir(h.work_dir()).unwrap().count(), 0, "both job directories removed");
+    assert_jobs_total("cancelled", 2.0).await;
     h.finish().await;
 }

@@ -268,6 +268,7 @@ impl Stack {
             source_key: format!("{}tenants/{tenant}/uploads/{op}/source", self.key_prefix),
             source_size_bytes: declared.unwrap_or(bytes.len() as u64),
             output_prefix: format!("{}{op}/out/", self.key_prefix),
+            attempt: 1,
         };
         self.s3.put_object().bucket(&self.bucket).key(&job.source_key).body(bytes.into()).send().await.unwrap();
         self.publish(&job).await;

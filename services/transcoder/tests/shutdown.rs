@@ -121,6 +121,7 @@ impl Bench {
             source_key: format!("{}tenants/{tenant}/uploads/{op}/source", self.key_prefix),
             source_size_bytes: std::fs::metadata(source).unwrap().len(),
             output_prefix: format!("{}{op}/out/", self.key_prefix),
+            attempt: 1,
         };
         let body = aws_sdk_s3::primitives::ByteStream::from_path(source).await.unwrap();
         self.s3.put_object().bucket(&self.bucket).key(&job.source_key).body(body).send().await.unwrap();

@@ -14,7 +14,19 @@
 //!   the outbox (whose commit wakes the relay);
 //! - every change of an operation (status, progress, phase, scan) bumps its
 //!   `revision` and notifies `operation_changed` in the same transaction
-//!   ([`crate::watch`]).
+//!   ([`crate::watch`]);
+//! - **the latest `Started` wins** (issue 24): a transcoder report carries the
+//!   run that sent it ([`apply_report`]). `Started` from run R on an open
+//!   operation makes R its owner (`operations.run_id`) and, if run R0 owned
+//!   it, queues `CancelTranscode{run_id: R0}` (a duplicate copy of the job, or
+//!   a dead worker's run). `Started` on a terminal operation queues
+//!   `CancelTranscode{run_id: R}` (a late duplicate stops early: one
+//!   transcode, one `video.ready`). Every other report of a run that is not
+//!   the owner is ignored ([`Applied::NotOwner`]); outputs are never deleted
+//!   for it (a duplicate writes the same keys, whole);
+//! - a job is re-published ([`Transition::Redrive`]) or the operation failed
+//!   `job_lost` ([`Transition::JobLost`]) only while it is `pending` with the
+//!   `job_attempt` the janitor read: of replicas racing, one wins.
 
 use diesel::QueryResult;
 use diesel_async::scoped_futures::ScopedFutureExt;
@@ -46,6 +58,20 @@ pub enum Transition {
     Finish(Outcome),
     /// The caller cancelled it.
     Cancel,
+    /// A transcoder run took the job (only through [`apply_report`], which names the run).
+    Started,
+    /// Publish the job again (attempt + 1), if still `pending` at `job_attempt == seen`.
+    Redrive {
+        /// The `job_attempt` the janitor read.
+        seen: i32,
+    },
+    /// Fail the operation with `error` (`job_lost`), if still `pending` at `job_attempt == seen`.
+    JobLost {
+        /// The `job_attempt` the janitor read.
+        seen: i32,
+        /// The problem to show.
+        error: Problem,
+    },
 }
 
 /// What ended an operation.
@@ -80,23 +106,57 @@ pub enum Applied {
     /// `cancelled`); the caller should clean up what the report produced.
     /// For a progress report on a cancelled operation, the cancel was sent again.
     AlreadyTerminal(OperationStatus),
+    /// The report came from a run that does not own the operation: ignored.
+    NotOwner,
 }
 
 /// Applies `transition` to operation `id` in one transaction (see the module
-/// docs for the rules). Errors: the database failed, or the row holds a
-/// state the code does not know (a deserialize error); nothing changed then.
+/// docs for the rules), as the api itself (janitor, `:cancel`, dead letters):
+/// no run ownership is checked. Errors: the database failed, or the row holds
+/// a state the code does not know (a deserialize error); nothing changed then.
 pub async fn apply(conn: &mut Conn, outbox: &Outbox, id: &OperationId, transition: Transition) -> QueryResult<Applied> {
+    apply_as(conn, outbox, id, None, transition).await
+}
+
+/// Applies a transcoder report's `transition`, sent by run `run`
+/// (`TranscodeReport.run_id`; `""` from older transcoders): `Started` takes
+/// ownership, any other report of a run that is not the owner is
+/// [`Applied::NotOwner`]. Errors as [`apply`].
+pub async fn apply_report(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: &str, transition: Transition) -> QueryResult<Applied> {
+    apply_as(conn, outbox, id, Some(run.to_owned()), transition).await
+}
+
+async fn apply_as(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: Option<String>, transition: Transition) -> QueryResult<Applied> {
     let id = id.clone();
     outbox
         .transaction(conn, move |conn, staged| {
             async move {
-                let Some((status, video, tenant)) = ops::lock(conn, &id).await? else { return Ok(Applied::Ignored) };
-                let op = Locked { id: &id, status, video, tenant, staged };
+                let Some(row) = ops::lock(conn, &id).await? else { return Ok(Applied::Ignored) };
+                let op = Locked { id: &id, status: row.status, video: row.video, tenant: row.tenant, staged, run };
+                if let Some(run) = op.run.as_deref() {
+                    let owner = row.run_id.as_deref() == Some(run);
+                    if let Transition::Started = transition {
+                        return started(conn, &op, run, row.run_id.as_deref()).await;
+                    }
+                    // A cancelled operation's busy worker is told again, whoever owns it.
+                    let busy_on_cancelled = op.status == OperationStatus::Cancelled && matches!(transition, Transition::Progress { .. });
+                    if !owner && !busy_on_cancelled {
+                        return Ok(Applied::NotOwner);
+                    }
+                }
                 match transition {
                     Transition::Progress { phase, percent } => progress(conn, &op, phase, percent).await,
+                    Transition::Started => progress(conn, &op, None, 0).await,
                     Transition::Scan(outcome) => scan(conn, &op, outcome).await,
                     Transition::Finish(outcome) => finish(conn, &op, outcome).await,
                     Transition::Cancel => cancel(conn, &op).await,
+                    Transition::Redrive { seen } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
+                        redrive(conn, &op).await
+                    }
+                    Transition::JobLost { seen, error } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
+                        finish(conn, &op, Outcome::Failed { error, source: None }).await
+                    }
+                    Transition::Redrive { .. } | Transition::JobLost { .. } => Ok(Applied::Ignored),
                 }
             }
             .scope_boxed()
@@ -111,6 +171,8 @@ struct Locked<'a> {
     video: VideoId,
     tenant: TenantId,
     staged: Staged,
+    /// The run that sent the transition (`None`: the api itself).
+    run: Option<String>,
 }
 
 impl Locked<'_> {
@@ -130,7 +192,7 @@ impl Locked<'_> {
 /// it (the job was still queued at the cancel, or the broadcast missed it).
 async fn progress(conn: &mut Conn, op: &Locked<'_>, phase: Option<Phase>, percent: u8) -> QueryResult<Applied> {
     if op.status == OperationStatus::Cancelled {
-        op.staged.cancel_transcode(conn, op.id).await?;
+        op.staged.cancel_transcode(conn, op.id, op.run.as_deref()).await?;
         return Ok(Applied::AlreadyTerminal(op.status));
     }
     if op.status.is_terminal() {
@@ -206,6 +268,36 @@ async fn cancel(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
     ops::set_ended(conn, op.id, OperationStatus::Cancelled, &error).await?;
     ops::record_change(conn, op.id).await?;
     op.video_event(conn, VideoStatus::Cancelled, EventType::VideoCancelled).await?;
-    op.staged.cancel_transcode(conn, op.id).await?;
+    op.staged.cancel_transcode(conn, op.id, None).await?;
+    Ok(Applied::Changed)
+}
+
+/// `Started` from `run`: on a terminal operation, a targeted cancel of `run`
+/// ([`Applied::AlreadyTerminal`]); on an open one, `run` becomes the owner
+/// (a previous owner `before` gets a targeted cancel) and the report counts
+/// as a heartbeat at 0 %.
+async fn started(conn: &mut Conn, op: &Locked<'_>, run: &str, before: Option<&str>) -> QueryResult<Applied> {
+    if op.status.is_terminal() {
+        op.staged.cancel_transcode(conn, op.id, Some(run)).await?;
+        return Ok(Applied::AlreadyTerminal(op.status));
+    }
+    if before != Some(run) {
+        if let Some(previous) = before {
+            tracing::info!(operation_id = %op.id, previous, run, "a newer run started: cancelling the previous owner");
+            op.staged.cancel_transcode(conn, op.id, Some(previous)).await?;
+        }
+        ops::set_owner(conn, op.id, run).await?;
+    }
+    progress(conn, op, None, 0).await
+}
+
+/// Publishes the job again through the outbox with the next attempt number
+/// (`job_attempt + 1`, `job_published_at = now()`); not a visible change of
+/// the operation (no revision bump).
+async fn redrive(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
+    let attempt = ops::set_republished(conn, op.id).await?;
+    let (video, tenant, source_key, size) = ops::job_source(conn, op.id).await?;
+    let job = super::transcode_job(op.id, &video, &tenant, source_key, size, attempt);
+    op.staged.transcode_job(conn, &job).await?;
     Ok(Applied::Changed)
 }

@@ -6,7 +6,6 @@
 
 use diesel::QueryResult;
 use diesel_async::scoped_futures::ScopedFutureExt;
-use vid_core::messages::TranscodeJob;
 use vid_core::operation::Operation;
 use vid_core::upload::UploadStatus;
 use vid_core::{OperationId, VideoId};
@@ -58,14 +57,7 @@ pub async fn finalize(conn: &mut Conn, outbox: &Outbox, row: &UploadRow) -> Quer
                 };
                 let created = ops::insert_processing(conn, &new).await?;
                 uploads::link(conn, &row.id, &video_id, &op_id).await?;
-                let job = TranscodeJob {
-                    operation_id: op_id.clone(),
-                    video_id: video_id.clone(),
-                    tenant_id: row.tenant_id.clone(),
-                    source_key: row.storage_key.clone(),
-                    source_size_bytes: row.size_bytes as u64,
-                    output_prefix: format!("tenants/{}/videos/{}/", row.tenant_id, video_id),
-                };
+                let job = super::transcode_job(&op_id, &video_id, &row.tenant_id, row.storage_key.clone(), row.size_bytes, 1);
                 staged.transcode_job(conn, &job).await?;
                 Ok(Finalized::Created(Box::new(created.into_operation())))
             }

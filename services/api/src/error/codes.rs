@@ -84,6 +84,7 @@ registry! { OPERATION_ERRORS:
     CANCELLED = "cancelled", 409, "Operation cancelled", "The operation was cancelled at the caller's request (`POST /operations/{id}:cancel`).";
     WORKER_LOST = "worker_lost", 500, "Worker lost", "The transcoder stopped reporting for longer than `operations.heartbeat_timeout_seconds`.";
     TRANSCODE_RETRIES_EXHAUSTED = "transcode_retries_exhausted", 500, "Transcode failed repeatedly", "The job was handed to a worker the delivery limit's number of times without an outcome.";
+    JOB_LOST = "job_lost", 500, "Job lost", "No transcoder took the job after `operations.max_redrives` re-drives and `operations.job_lost_after_seconds`.";
 }
 
 /// The registered code of an answer, by its spelling.

@@ -100,15 +100,101 @@ pub async fn list(
     q.order(operations::id.desc()).limit(limit).select(OperationRow::as_select()).load(conn).await
 }
 
-/// Locks an operation's row (`FOR UPDATE`) for a transition: its status, video and tenant.
-pub async fn lock(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<(OperationStatus, VideoId, TenantId)>> {
+/// An operation's row as a transition sees it, under its row lock.
+#[derive(Debug, Clone, Queryable)]
+pub struct LockedRow {
+    /// Where the operation is in its life.
+    pub status: OperationStatus,
+    /// The video it produces.
+    pub video: VideoId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// The transcoder run that owns it (the latest accepted `Started`); `None` before one.
+    pub run_id: Option<String>,
+    /// How many times its job was published (1 at `complete`, +1 per re-drive).
+    pub job_attempt: i32,
+}
+
+/// Locks an operation's row (`FOR UPDATE`) for a transition; `None` if there is none.
+pub async fn lock(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<LockedRow>> {
     operations::table
         .filter(operations::id.eq(id))
         .for_update()
-        .select((operations::status, operations::video_id, operations::tenant_id))
+        .select((operations::status, operations::video_id, operations::tenant_id, operations::run_id, operations::job_attempt))
         .first(conn)
         .await
         .optional()
+}
+
+/// Makes `run` the owner of the operation (the run whose reports count).
+pub async fn set_owner(conn: &mut Conn, id: &OperationId, run: &str) -> QueryResult<()> {
+    diesel::update(operations::table.filter(operations::id.eq(id))).set(operations::run_id.eq(run)).execute(conn).await.map(|_| ())
+}
+
+/// Records one more publication of the job: `job_attempt + 1`,
+/// `job_published_at = now()`; returns the new attempt.
+pub async fn set_republished(conn: &mut Conn, id: &OperationId) -> QueryResult<i32> {
+    diesel::update(operations::table.filter(operations::id.eq(id)))
+        .set((operations::job_attempt.eq(operations::job_attempt + 1), operations::job_published_at.eq(diesel::dsl::now)))
+        .returning(operations::job_attempt)
+        .get_result(conn)
+        .await
+}
+
+/// What a transcode job of an operation is built from: video, tenant, the
+/// source's storage key and declared size (bytes, from its upload).
+pub async fn job_source(conn: &mut Conn, id: &OperationId) -> QueryResult<(VideoId, TenantId, String, i64)> {
+    use vid_db::schema::uploads;
+    operations::table
+        .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
+        .inner_join(uploads::table.on(uploads::id.eq(videos::upload_id)))
+        .filter(operations::id.eq(id))
+        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes))
+        .first(conn)
+        .await
+}
+
+/// A `pending` operation whose job may need publishing again.
+#[derive(Debug, Clone, Queryable)]
+pub struct StalePending {
+    /// The operation.
+    pub id: OperationId,
+    /// Its `job_attempt` when read (the guard of the re-drive or `job_lost`).
+    pub job_attempt: i32,
+    /// When it was accepted.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Up to `limit` `pending` operations whose job was last published before
+/// `published_before`, oldest publication first, leaving out those at
+/// `job_attempt >= max_attempt` (re-drives used up) not created before
+/// `lost_before` (their `job_lost` is not due yet). Served by the partial index
+/// `operations_pending_published`.
+pub async fn stale_pending(
+    conn: &mut Conn,
+    published_before: DateTime<Utc>,
+    max_attempt: i32,
+    lost_before: DateTime<Utc>,
+    limit: i64,
+) -> QueryResult<Vec<StalePending>> {
+    operations::table
+        .filter(operations::status.eq(OperationStatus::Pending))
+        .filter(operations::job_published_at.lt(published_before))
+        .filter(operations::job_attempt.lt(max_attempt).or(operations::created_at.lt(lost_before)))
+        .order(operations::job_published_at.asc())
+        .limit(limit)
+        .select((operations::id, operations::job_attempt, operations::created_at))
+        .load(conn)
+        .await
+}
+
+/// When the oldest `pending` operation was accepted; `None` if none is pending.
+pub async fn oldest_pending(conn: &mut Conn) -> QueryResult<Option<DateTime<Utc>>> {
+    operations::table
+        .filter(operations::status.eq(OperationStatus::Pending))
+        .select(diesel::dsl::min(operations::created_at))
+        .first(conn)
+        .await
 }
 
 /// What a change of an operation is measured on: status, progress, phase.

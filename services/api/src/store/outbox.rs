@@ -93,9 +93,12 @@ impl Staged {
         self.enqueue(conn, &self.topology.transcode_exchange(), RK_JOB, &payload, Some(job.operation_id.as_str())).await
     }
 
-    /// Queues a cancel broadcast to every transcoder.
-    pub async fn cancel_transcode(&self, conn: &mut Conn, id: &OperationId) -> QueryResult<()> {
-        let payload = serde_json::to_string(&CancelTranscode { operation_id: id.clone() }).expect("serialises");
+    /// Queues a cancel broadcast to every transcoder (control exchange,
+    /// fan-out): `run: None` stops every run of the operation, `Some(r)`
+    /// only run `r` (see [`CancelTranscode`]).
+    pub async fn cancel_transcode(&self, conn: &mut Conn, id: &OperationId, run: Option<&str>) -> QueryResult<()> {
+        let message = CancelTranscode { operation_id: id.clone(), run_id: run.map(str::to_owned) };
+        let payload = serde_json::to_string(&message).expect("serialises");
         self.enqueue(conn, &self.topology.control_exchange(), "", &payload, Some(id.as_str())).await
     }
 

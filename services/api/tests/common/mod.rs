@@ -64,6 +64,45 @@ impl TestApi {
     }
 }
 
+/// A `pending` operation of `tenant` with its `processing` video and
+/// `completed` upload, rows as `complete` writes them (source key `k`, 1 byte);
+/// returns (operation, video).
+pub async fn pending_operation(api: &TestApi, tenant: &vid_core::TenantId) -> (vid_core::OperationId, vid_core::VideoId) {
+    use diesel::sql_types::Text;
+    use vid_core::{OperationId, UploadId, VideoId};
+    use vid_db::RunQueryDsl;
+    let (upload, video, op) = (UploadId::generate(), VideoId::generate(), OperationId::generate());
+    let mut conn = api.state.db.get().await.unwrap();
+    diesel::sql_query(
+        "INSERT INTO uploads (id, tenant_id, status, size_bytes, content_type, part_size, part_count, storage_key, s3_upload_id, expires_at)
+         VALUES ($1, $2, 'completed', 1, 'video/mp4', 1, 1, 'k', 's', now() + interval '1 day')",
+    )
+    .bind::<Text, _>(upload.as_str())
+    .bind::<Text, _>(tenant.as_str())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query(
+        "INSERT INTO videos (id, tenant_id, upload_id, operation_id, status, content_type, source_key)
+         VALUES ($1, $2, $3, $4, 'processing', 'video/mp4', 'k')",
+    )
+    .bind::<Text, _>(video.as_str())
+    .bind::<Text, _>(tenant.as_str())
+    .bind::<Text, _>(upload.as_str())
+    .bind::<Text, _>(op.as_str())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query("INSERT INTO operations (id, tenant_id, video_id, status, phase) VALUES ($1, $2, $3, 'pending', 'queued')")
+        .bind::<Text, _>(op.as_str())
+        .bind::<Text, _>(tenant.as_str())
+        .bind::<Text, _>(video.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    (op, video)
+}
+
 pub fn problem_code(e: &vid_client::ClientError) -> String {
     e.problem().map(|p| p.code.clone()).unwrap_or_else(|| format!("not a problem: {e}"))
 }

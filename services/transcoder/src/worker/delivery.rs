@@ -21,7 +21,7 @@ use vid_infra::amqp::{Publisher, RK_JOB};
 
 use super::metrics::{consumed, job_outcome};
 use super::reports::{ProgressReporter, Reports};
-use super::session::Active;
+use super::session::{Active, Running};
 use super::steps::StepError;
 use super::Worker;
 use crate::child::Stop;
@@ -70,16 +70,21 @@ impl Worker {
                 return;
             }
         };
+        // One run per delivery: two copies of a job, or a redelivery, are two runs (issue 24).
+        let run_id = ulid::Ulid::new().to_string();
         let span = tracing::info_span!(
             "job",
             correlation_id = %correlation_id,
             operation_id = %job.operation_id,
             video_id = %job.video_id,
+            run_id = %run_id,
+            attempt = job.attempt,
             redelivered = delivery.redelivered
         );
         span.in_scope(|| tracing::info!("job received"));
-        active.lock().unwrap().insert(tag, (job.operation_id.clone(), stop_tx));
-        let end = tracing::Instrument::instrument(self.process(&job, &publisher, stop), span.clone()).await;
+        let running = Running { operation_id: job.operation_id.clone(), run_id: run_id.clone(), stop: stop_tx };
+        active.lock().unwrap().insert(tag, running);
+        let end = tracing::Instrument::instrument(self.process(&job, run_id, &publisher, stop), span.clone()).await;
         active.lock().unwrap().remove(&tag);
         let _g = span.enter();
         let (r, action, outcome) = match end {
@@ -130,9 +135,10 @@ impl Worker {
         }
     }
 
-    /// Creates the job's work dir, reports `Started`, runs the steps, and
+    /// Creates the job's work dir, reports `Started` (every report carries
+    /// `run_id`, this delivery's run, and the job's `attempt`), runs the steps, and
     /// sends the terminal report (or deletes the outputs after a cancel).
-    async fn process(&self, job: &TranscodeJob, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
+    async fn process(&self, job: &TranscodeJob, run_id: String, publisher: &Publisher, mut stop: watch::Receiver<Option<Stop>>) -> JobEnd {
         let root = &self.settings.transcoder.work_dir;
         let work = match JobDir::create(root, &job.operation_id) {
             Ok(w) => w,
@@ -143,6 +149,7 @@ impl Worker {
             worker: self.name.clone(),
             exchange: self.topology.reports_exchange(),
             job: job.clone(),
+            run_id,
         };
         if let Err(e) = reports.send(ReportKind::Started).await {
             return JobEnd::Transient(e);

@@ -21,7 +21,8 @@
 //! 5. Transient failures (S3, broker, our own I/O): no report, a short sleep,
 //!    then `basic_nack(requeue)`; the quorum queue's delivery limit
 //!    dead-letters a job that keeps failing.
-//! 6. A `CancelTranscode` on the control fan-out for an operation held here:
+//! 6. A `CancelTranscode` on the control fan-out for an operation held here
+//!    (for every run, or for this run when it names one, see Duplicates):
 //!    the child is killed, uploaded outputs deleted, the job acked, nothing
 //!    more published.
 //! 7. Shutdown: the consumer is cancelled, running jobs get
@@ -71,10 +72,29 @@
 //! If the process dies, or its channel fails, after the confirm of the copy
 //! and before the broker has the ack, the broker returns the original too:
 //! the job is then queued twice. (So it is when the broker takes a copy
-//! whose confirm came too late, after the fallback nack. The api's outbox
-//! is at-least-once for the
-//! same reason, so a duplicate job was always possible; queue consumers are
-//! idempotent.) A second copy of a job is harmless:
+//! whose confirm came too late, after the fallback nack.) The api's outbox is
+//! at-least-once, and the api re-drives an operation still `pending` by
+//! publishing its job again with `attempt + 1` (issue 24), so a duplicate job
+//! is a normal event. It is stopped by issue 24's run protocol (the wire
+//! fields are documented on `vid_core::messages`):
+//!
+//! - Each delivery of a job message is a **run**: the worker mints a ULID
+//!   `run_id` when it takes the delivery, and every report of that run
+//!   carries it, with the job's `attempt` echoed. Two copies of one job (in
+//!   two workers, or two slots of one) or a redelivery are two runs.
+//! - The api lets the latest `Started` own the operation (under its row
+//!   lock) and answers a `Started` from a run that does not own it with a
+//!   targeted `CancelTranscode{operation_id, run_id: Some(r)}`: the former
+//!   owner when a newer run took over, the late run itself when the operation
+//!   is already terminal. Reports of a run that does not own the operation
+//!   are ignored, so one transcode makes one `video.ready`.
+//! - A cancel naming a run stops only that run here; a run of the same
+//!   operation under another id goes on. A cancel without a run id (the
+//!   customer's `:cancel`) stops every run of the operation, as before. A
+//!   stopped run deletes the outputs it uploaded itself (none, while it was
+//!   still transcoding), acks, and reports nothing more.
+//!
+//! What makes a duplicate harmless while it runs:
 //!
 //! - Every copy carries the same operation id, source key and output keys:
 //!   a second run reads the same source and writes the same objects again,
@@ -84,23 +104,20 @@
 //!   replaces an object whole, so a reader sees one complete version or the
 //!   other.
 //! - The api applies reports under the operation's row lock
-//!   (`services/api/src/lifecycle.rs`): `Started`, `Progress` and `Scanned`
-//!   on a terminal operation are ignored, progress never goes back, and a
-//!   terminal status is never overwritten. A second `Succeeded` (or a
-//!   `Failed` after `Succeeded`) changes nothing and records no event, so the
-//!   customer sees one `video.ready`. A `Succeeded` for an operation that
-//!   ended otherwise (cancelled, failed) has its outputs deleted by the api;
-//!   a progress report for a cancelled operation makes the api broadcast the
-//!   cancel again, which stops the copy.
+//!   (`services/api/src/lifecycle.rs`): progress never goes back, and a
+//!   terminal status is never overwritten. A `Succeeded` for an operation
+//!   that ended otherwise (cancelled, failed) has its outputs deleted by the
+//!   api.
 //! - A copy of an infected source's job finds the source quarantined and
 //!   reports the same `malware_detected` (ignored as a duplicate).
-//! - Two copies may run at once, in two workers or in two slots of one: each
-//!   delivery has its own state here, its own job directory (the second
-//!   holder of an operation's directory gets `<operation id>-2/`, see
-//!   [`crate::workdir`]), and a cancel reaches every holder.
+//! - Each delivery has its own state here, its own run id and its own job
+//!   directory (the second holder of an operation's directory gets
+//!   `<operation id>-2/`, see [`crate::workdir`]).
 //!
-//! The price is the duplicate's compute, and the copy being subject to the
-//! delivery limit like any job.
+//! The price is the duplicate's compute until the api's targeted cancel
+//! reaches it (one report round trip after its `Started`), and the copy
+//! being subject to the delivery limit like any job. Reports of an older
+//! transcoder carry run `""` and attempt 1 (serde defaults).
 //!
 //! # Connecting
 //!

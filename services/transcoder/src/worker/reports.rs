@@ -23,6 +23,8 @@ pub(super) struct Reports {
     pub(super) worker: String,
     pub(super) exchange: String,
     pub(super) job: TranscodeJob,
+    /// This delivery's run id (a ULID, see [`TranscodeReport::run_id`]).
+    pub(super) run_id: String,
 }
 
 impl Reports {
@@ -33,6 +35,8 @@ impl Reports {
             video_id: self.job.video_id.clone(),
             worker: self.worker.clone(),
             emitted_at: chrono::Utc::now(),
+            run_id: self.run_id.clone(),
+            attempt: self.job.attempt,
             kind,
         };
         tracing::debug!(kind = ?report.kind, "report");

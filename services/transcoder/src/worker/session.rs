@@ -27,8 +27,26 @@ use super::metrics::consumed;
 use super::Worker;
 use crate::child::Stop;
 
-/// Running jobs by delivery tag: operation and the stop switch of its child.
-pub(super) type Active = Arc<Mutex<HashMap<u64, (OperationId, watch::Sender<Option<Stop>>)>>>;
+/// Running jobs by delivery tag: operation, run id and the stop switch of its child.
+pub(super) type Active = Arc<Mutex<HashMap<u64, Running>>>;
+
+/// One running job delivery, as a cancel sees it.
+pub(super) struct Running {
+    /// The operation it works on.
+    pub(super) operation_id: OperationId,
+    /// The run id minted for this delivery (see `TranscodeReport::run_id`).
+    pub(super) run_id: String,
+    /// Stops its steps and child.
+    pub(super) stop: watch::Sender<Option<Stop>>,
+}
+
+impl Running {
+    /// Whether `cancel` is meant for this run: same operation, and either no
+    /// run named (every run) or this run named.
+    pub(super) fn is_target_of(&self, cancel: &CancelTranscode) -> bool {
+        self.operation_id == cancel.operation_id && cancel.run_id.as_ref().is_none_or(|r| *r == self.run_id)
+    }
+}
 
 /// A session's broker side, as [`Worker::open`] leaves it.
 struct Opened {
@@ -99,7 +117,8 @@ impl Worker {
     }
 
     /// A `CancelTranscode` from the control fan-out (auto-acked: a cancel is a
-    /// broadcast hint): stops every job here that holds the operation.
+    /// broadcast hint): stops every job here that holds the operation, or,
+    /// when the cancel names a run, only that run (issue 24's protocol).
     fn on_cancel(&self, d: &Delivery, active: &Active) {
         // The metric label of the exclusive, server-named control queue: its exchange (stable).
         consumed(&self.topology.control_exchange(), "ack");
@@ -108,14 +127,15 @@ impl Worker {
         let _g = span.enter();
         match serde_json::from_slice::<CancelTranscode>(&d.data) {
             Ok(c) => {
-                let mut held = 0;
-                for (op, tx) in active.lock().unwrap().values() {
-                    if *op == c.operation_id {
-                        let _ = tx.send(Some(Stop::Cancel));
-                        held += 1;
+                let (mut held, mut stopped) = (0, 0);
+                for run in active.lock().unwrap().values().filter(|r| r.operation_id == c.operation_id) {
+                    held += 1;
+                    if run.is_target_of(&c) {
+                        let _ = run.stop.send(Some(Stop::Cancel));
+                        stopped += 1;
                     }
                 }
-                tracing::info!(operation_id = %c.operation_id, held, "cancel received");
+                tracing::info!(operation_id = %c.operation_id, run_id = c.run_id.as_deref().unwrap_or("*"), held, stopped, "cancel received");
             }
             Err(e) => tracing::warn!(error = %e, "malformed cancel message ignored"),
         }
@@ -133,8 +153,8 @@ impl Worker {
         let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
             tracing::warn!(running = tasks.len(), "grace period over: killing and requeueing the running jobs");
-            for (_, tx) in active.lock().unwrap().values() {
-                let _ = tx.send(Some(Stop::Shutdown));
+            for run in active.lock().unwrap().values() {
+                let _ = run.stop.send(Some(Stop::Shutdown));
             }
             if tokio::time::timeout(Duration::from_secs(10), async { while tasks.join_next().await.is_some() {} }).await.is_err() {
                 tasks.abort_all();
@@ -168,5 +188,25 @@ impl Worker {
             .basic_consume(q.name().as_str(), "", BasicConsumeOptions { no_ack: true, ..Default::default() }, FieldTable::default())
             .await?;
         Ok(Opened { conn, publisher, ch, tag, jobs, ctl, cancels })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancel_targets_its_run_or_every_run_of_its_operation() {
+        let op = OperationId::generate();
+        let run = Running { operation_id: op.clone(), run_id: "01JDQ8Z6V8W3K5N2P4R6T8X0YA".into(), stop: watch::channel(None).0 };
+        let cancel = |operation_id: &OperationId, run_id: Option<&str>| CancelTranscode {
+            operation_id: operation_id.clone(),
+            run_id: run_id.map(str::to_owned),
+        };
+        assert!(run.is_target_of(&cancel(&op, None)), "no run named: every run");
+        assert!(run.is_target_of(&cancel(&op, Some("01JDQ8Z6V8W3K5N2P4R6T8X0YA"))), "this run named");
+        assert!(!run.is_target_of(&cancel(&op, Some("01JDQ8Z6V8W3K5N2P4R6T8X0YB"))), "another run named");
+        assert!(!run.is_target_of(&cancel(&OperationId::generate(), None)), "another operation");
+        assert!(!run.is_target_of(&cancel(&op, Some(""))), "the run \"\" is an old transcoder's, not this one");
     }
 }

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS operations_pending_published;

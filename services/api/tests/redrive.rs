@@ -1,0 +1,297 @@
+//! Issue 24, the api half: transcode jobs re-driven from PostgreSQL, and "the
+//! latest Started wins". Real api in-process, real PostgreSQL and RabbitMQ:
+//! reports are published to the reports exchange and applied by the api's own
+//! consumer; re-driven jobs are read from the jobs queue, targeted cancels
+//! from a queue bound to the control exchange. Janitor passes are run with an
+//! explicit `now` (a pass "later") instead of waiting for the clock.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::Utc;
+use common::TestApi;
+use diesel::prelude::*;
+use futures::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
+use vid_core::operation::{Operation, OperationStatus, Phase};
+use vid_core::video::SourceMetadata;
+use vid_core::{OperationId, TenantId, VideoId};
+use vid_db::RunQueryDsl;
+
+/// Janitor passes only when the test runs them.
+const QUIET_JANITOR: (&str, &str) = ("operations.janitor_interval_seconds", "3600");
+
+/// The test's side of RabbitMQ: a publisher, and a queue on the control exchange.
+struct Broker {
+    _conn: lapin::Connection,
+    channel: lapin::Channel,
+    publisher: vid_infra::amqp::Publisher,
+    cancels: lapin::Consumer,
+    topology: vid_infra::amqp::Topology,
+}
+
+impl Broker {
+    async fn connect(api: &TestApi) -> Broker {
+        let conn = vid_infra::amqp::connect(&api.state.settings.amqp, Duration::from_secs(30)).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let topology = api.state.topology.clone();
+        topology.declare(&channel).await.unwrap();
+        let q = channel
+            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
+            .await
+            .unwrap();
+        let queue = q.name().as_str().to_owned();
+        channel.queue_bind(&queue, &topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+        let cancels = channel.basic_consume(&queue, "test-cancels", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+        let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
+        Broker { _conn: conn, channel, publisher, cancels, topology }
+    }
+
+    /// Publishes a report of run `run` as a transcoder does.
+    async fn report(&self, op: &OperationId, video: &VideoId, run: &str, kind: ReportKind) {
+        let report = TranscodeReport {
+            operation_id: op.clone(),
+            video_id: video.clone(),
+            worker: "test".into(),
+            emitted_at: Utc::now(),
+            run_id: run.into(),
+            attempt: 1,
+            kind,
+        };
+        let (exchange, rk) = (self.topology.reports_exchange(), vid_infra::amqp::RK_REPORT);
+        self.publisher.publish_json(&exchange, rk, &report, Some(op.as_str())).await.unwrap();
+    }
+
+    /// The next cancel published on the control exchange (within 30 s).
+    async fn next_cancel(&mut self) -> CancelTranscode {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), self.cancels.next())
+            .await
+            .expect("a cancel within 30 s")
+            .expect("the consumer is open")
+            .unwrap();
+        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
+        serde_json::from_slice(&delivery.data).unwrap()
+    }
+
+    /// Every job waiting in the jobs queue now (taken off it).
+    async fn take_jobs(&self) -> Vec<TranscodeJob> {
+        let mut jobs = Vec::new();
+        let queue = self.topology.transcode_jobs();
+        while let Some(m) = self.channel.basic_get(&queue, BasicGetOptions { no_ack: true }).await.unwrap() {
+            jobs.push(serde_json::from_slice(&m.delivery.data).unwrap());
+        }
+        jobs
+    }
+
+    /// Waits until the relay has published `n` jobs since the last take; returns them.
+    async fn wait_jobs(&self, n: usize) -> Vec<TranscodeJob> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut jobs = Vec::new();
+        while jobs.len() < n {
+            assert!(tokio::time::Instant::now() < deadline, "only {} of {n} jobs published: {jobs:?}", jobs.len());
+            jobs.extend(self.take_jobs().await);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        jobs
+    }
+}
+
+async fn tenant_client(api: &TestApi) -> (TenantId, vid_client::Client) {
+    let (tenant, key) = vid_api::auth::create_tenant(&api.state.db, "redrive").await.unwrap();
+    (tenant, vid_client::Client::new(&api.url, &key))
+}
+
+/// Polls the operation (every 50 ms, up to 30 s) until `pred` holds.
+async fn until(client: &vid_client::Client, op: &OperationId, what: &str, pred: impl Fn(&Operation) -> bool) -> Operation {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = client.get_operation(op).await.unwrap();
+        if pred(&seen) {
+            return seen;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: never; last seen {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn events_of(api: &TestApi, video: &VideoId, type_: &str) -> i64 {
+    use vid_db::schema::events;
+    let mut conn = api.state.db.get().await.unwrap();
+    events::table
+        .filter(events::resource_id.eq(video.as_str()))
+        .filter(events::event_type.eq(type_))
+        .count()
+        .get_result(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// (`run_id`, `job_attempt`) of an operation.
+async fn job_columns(api: &TestApi, op: &OperationId) -> (Option<String>, i32) {
+    use vid_db::schema::operations;
+    let mut conn = api.state.db.get().await.unwrap();
+    operations::table
+        .filter(operations::id.eq(op.as_str()))
+        .select((operations::run_id, operations::job_attempt))
+        .first(&mut conn)
+        .await
+        .unwrap()
+}
+
+fn succeeded() -> ReportKind {
+    let source = SourceMetadata {
+        container: "mp4".into(),
+        duration_seconds: Some(1.0),
+        width: 64,
+        height: 64,
+        rotation: 0,
+        video_codec: "h264".into(),
+        audio_codec: None,
+        frame_rate: Some(25.0),
+        size_bytes: 1,
+    };
+    ReportKind::Succeeded { source, renditions: vec![], poster: None }
+}
+
+/// One janitor re-drive pass as if the clock read `now`: (re-driven, lost).
+async fn pass(api: &TestApi, now: chrono::DateTime<Utc>) -> (usize, usize) {
+    let r = pass_full(api, now).await;
+    (r.redriven, r.lost)
+}
+
+async fn pass_full(api: &TestApi, now: chrono::DateTime<Utc>) -> vid_api::janitor::Redriven {
+    let mut conn = api.state.db.get().await.unwrap();
+    vid_api::janitor::redrive(&api.state, &mut conn, now).await.unwrap()
+}
+
+/// (c) A second run's `Started` makes it the owner and cancels the first run
+/// (targeted); reports of the superseded run change nothing, its `Succeeded`
+/// included; a `Started` on the terminal operation gets a targeted cancel.
+#[tokio::test]
+async fn the_latest_started_wins_and_reports_of_other_runs_are_ignored() {
+    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let mut broker = Broker::connect(&api).await;
+    let (tenant, client) = tenant_client(&api).await;
+    let (op, video) = common::pending_operation(&api, &tenant).await;
+
+    broker.report(&op, &video, "run-1", ReportKind::Started).await;
+    until(&client, &op, "running under run-1", |o| o.status == OperationStatus::Running).await;
+    assert_eq!(job_columns(&api, &op).await.0.as_deref(), Some("run-1"));
+
+    broker.report(&op, &video, "run-2", ReportKind::Started).await;
+    let cancel = broker.next_cancel().await;
+    assert_eq!(cancel, CancelTranscode { operation_id: op.clone(), run_id: Some("run-1".into()) });
+    assert_eq!(job_columns(&api, &op).await.0.as_deref(), Some("run-2"));
+
+    // run-1's progress (60) is ignored; run-2's (30) applies after it, in order.
+    broker.report(&op, &video, "run-1", ReportKind::Progress { phase: Phase::Transcoding, percent: 60 }).await;
+    broker.report(&op, &video, "run-2", ReportKind::Progress { phase: Phase::Probing, percent: 30 }).await;
+    let seen = until(&client, &op, "run-2's progress", |o| o.progress >= 30).await;
+    assert_eq!((seen.progress, seen.metadata.phase), (30, Some(Phase::Probing)), "a superseded run's report changed the operation");
+
+    // run-1's success is ignored (run-2 still owns a running operation).
+    broker.report(&op, &video, "run-1", succeeded()).await;
+    broker.report(&op, &video, "run-2", ReportKind::Progress { phase: Phase::Transcoding, percent: 40 }).await;
+    let seen = until(&client, &op, "run-2's second progress", |o| o.progress >= 40).await;
+    assert_eq!(seen.status, OperationStatus::Running, "a superseded run's success ended the operation");
+    assert_eq!(events_of(&api, &video, "video.ready").await, 0);
+
+    broker.report(&op, &video, "run-2", succeeded()).await;
+    until(&client, &op, "succeeded by run-2", |o| o.status == OperationStatus::Succeeded).await;
+
+    // A late copy starting now is told to stop, and only it.
+    broker.report(&op, &video, "run-3", ReportKind::Started).await;
+    let cancel = broker.next_cancel().await;
+    assert_eq!(cancel, CancelTranscode { operation_id: op.clone(), run_id: Some("run-3".into()) });
+    let after = client.get_operation(&op).await.unwrap();
+    assert_eq!((after.status, after.progress), (OperationStatus::Succeeded, 100));
+    assert_eq!(job_columns(&api, &op).await.0.as_deref(), Some("run-2"), "a Started on a terminal operation took ownership");
+    assert_eq!(events_of(&api, &video, "video.ready").await, 1);
+    assert_eq!(events_of(&api, &video, "video.processing").await, 1);
+}
+
+/// (d) A pending operation is re-driven `max_redrives` times (attempt 2, 3:
+/// the same job otherwise), then left alone until it is older than
+/// `job_lost_after_seconds`, then failed `job_lost` (once, even with two
+/// replicas' passes racing).
+#[tokio::test]
+async fn a_stale_pending_job_is_redriven_then_lost_after_max_redrives_and_the_age() {
+    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let o = &api.state.settings.operations;
+    assert_eq!((o.redrive_after_seconds, o.max_redrives, o.job_lost_after_seconds), (5, 2, 20), "config/test.toml");
+    let broker = Broker::connect(&api).await;
+    let (tenant, client) = tenant_client(&api).await;
+    let (op, video) = common::pending_operation(&api, &tenant).await;
+    let t0 = Utc::now();
+    let s = |secs: i64| t0 + chrono::Duration::seconds(secs);
+
+    assert_eq!(pass(&api, s(1)).await, (0, 0), "re-driven before redrive_after_seconds");
+    // Two replicas' passes at once: one re-drive.
+    let (a, b) = tokio::join!(pass(&api, s(6)), pass(&api, s(6)));
+    assert_eq!(a.0 + b.0, 1, "{a:?} {b:?}");
+    let jobs = broker.wait_jobs(1).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    assert_eq!((&job.operation_id, &job.video_id, &job.tenant_id, job.attempt), (&op, &video, &tenant, 2));
+    assert_eq!((job.source_key.as_str(), job.source_size_bytes), ("k", 1));
+    assert_eq!(job.output_prefix, format!("tenants/{tenant}/videos/{video}/"));
+
+    // The re-drive stamped job_published_at with the database's now (≈ t0): next due 5 s later.
+    assert_eq!(pass(&api, s(3)).await, (0, 0), "re-driven again before redrive_after_seconds");
+    assert_eq!(pass(&api, s(12)).await, (1, 0));
+    assert_eq!(broker.wait_jobs(1).await.iter().map(|j| j.attempt).collect::<Vec<_>>(), [3]);
+    assert_eq!(job_columns(&api, &op).await, (None, 3));
+
+    // Re-drives used up, but younger than job_lost_after_seconds: nothing happens.
+    assert_eq!(pass(&api, s(18)).await, (0, 0), "lost or re-driven before job_lost_after_seconds");
+    assert_eq!(client.get_operation(&op).await.unwrap().status, OperationStatus::Pending);
+    assert!(broker.take_jobs().await.is_empty());
+
+    let (a, b) = tokio::join!(pass(&api, s(25)), pass(&api, s(25)));
+    assert_eq!((a.0 + b.0, a.1 + b.1), (0, 1), "{a:?} {b:?}");
+    let failed = client.get_operation(&op).await.unwrap();
+    assert_eq!(failed.status, OperationStatus::Failed);
+    assert_eq!(failed.error.as_ref().map(|e| e.code.as_str()), Some("job_lost"));
+    assert_eq!(events_of(&api, &video, "video.failed").await, 1);
+    assert_eq!(pass(&api, s(60)).await, (0, 0), "a failed operation is left alone");
+
+    let page = vid_infra::metrics::render();
+    let sample = |name: &str| page.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert!(sample("jobs_redriven_total").is_some_and(|v| v >= 2.0), "{page}");
+    assert!(sample("operations_job_lost_total").is_some_and(|v| v >= 1.0), "{page}");
+    assert!(sample("oldest_pending_operation_age_seconds").is_some(), "{page}");
+}
+
+/// (e) On a healthy system nothing is re-driven: a fresh pending operation,
+/// a running one and a finished one, even a day later; the gauge shows the
+/// pending one's age.
+#[tokio::test]
+async fn nothing_is_redriven_on_a_healthy_system() {
+    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let broker = Broker::connect(&api).await;
+    let (tenant, client) = tenant_client(&api).await;
+    let (pending, _) = common::pending_operation(&api, &tenant).await;
+    let (running, running_video) = common::pending_operation(&api, &tenant).await;
+    let (done, done_video) = common::pending_operation(&api, &tenant).await;
+    broker.report(&running, &running_video, "run-a", ReportKind::Started).await;
+    broker.report(&done, &done_video, "run-b", ReportKind::Started).await;
+    broker.report(&done, &done_video, "run-b", succeeded()).await;
+    until(&client, &done, "succeeded", |o| o.status == OperationStatus::Succeeded).await;
+    until(&client, &running, "running", |o| o.status == OperationStatus::Running).await;
+
+    let now = pass_full(&api, Utc::now()).await;
+    assert_eq!((now.redriven, now.lost), (0, 0), "a fresh pending operation was re-driven");
+    assert!(now.oldest_pending_age_seconds < 60.0, "{now:?}");
+    assert!(broker.take_jobs().await.is_empty());
+    // A day later only the `pending` one is due, and it is the oldest pending.
+    let later = pass_full(&api, Utc::now() + chrono::Duration::days(1)).await;
+    assert_eq!((later.redriven, later.lost), (1, 0), "exactly the pending operation is due a day later");
+    assert!((86_000.0..86_500.0).contains(&later.oldest_pending_age_seconds), "{later:?}");
+    let jobs = broker.wait_jobs(1).await;
+    assert_eq!(jobs.iter().map(|j| (&j.operation_id, j.attempt)).collect::<Vec<_>>(), [(&pending, 2)]);
+    assert_eq!(client.get_operation(&running).await.unwrap().status, OperationStatus::Running);
+    assert_eq!(client.get_operation(&done).await.unwrap().status, OperationStatus::Succeeded);
+}
