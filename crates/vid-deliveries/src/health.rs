@@ -187,7 +187,8 @@ pub async fn disable(conn: &mut AsyncPgConnection, tenant_id: &TenantId, endpoin
         ))
         .execute(conn)
         .await?;
-    crate::fanin::insert_deliveries(conn, tenant_id, &event.id, event.type_, &payload, Some(endpoint_id), true).await?;
+    // The rule of a disabled event (MATCH): the tenant's other enabled endpoints.
+    crate::fanin::fan_in(conn, std::slice::from_ref(&event.id)).await?;
     Ok(event)
 }
 

@@ -19,7 +19,7 @@
 //!
 //! | transition | function | caller |
 //! |---|---|---|
-//! | fan-in insert (`pending` due now, or `paused`) | [`fanin::insert_deliveries_batch`], [`fanin::insert_deliveries`] | dispatcher fan-in; [`health::disable`] |
+//! | fan-in insert (`pending` due now, or `paused`; endpoints by [`fanin::MATCH`]) | [`fanin::fan_in`] | dispatcher fan-in; [`health::disable`]; [`reconcile::pass`] |
 //! | claim: lease a due `pending` delivery | [`lease::claim`] | dispatcher scheduler |
 //! | lease given back / expired / postponed | [`lease::release`], [`lease::release_expired`], [`lease::postpone`] | dispatcher scheduler |
 //! | attempt outcome: `succeeded`, retry scheduled (`pending`), given up (`failed`), `paused` | [`outcome::record`], [`outcome::record_successes`] | dispatcher recorder |
@@ -48,6 +48,9 @@
 //!   `disabled_reason = deleted` on `DELETE` (with `deleted_at`).
 //! - `events`: this crate writes one kind only, `webhook_endpoint.disabled`
 //!   ([`health::disable`]), born in the same transaction as the disabling.
+//!   Every fan-in reads the event from `events`: PostgreSQL is the truth,
+//!   a RabbitMQ message only names the event.
+//! - `webhook_reconcile_mark`: [`reconcile`] only (the dispatcher).
 //!
 //! The statements of the hot path (fan-in, claim, record) are kept as they
 //! were when this crate was cut out of the dispatcher; issue 22 tunes them.
@@ -58,11 +61,12 @@ pub mod lease;
 pub mod manual;
 pub mod outcome;
 pub mod read;
+pub mod reconcile;
 
 pub use vid_core::delivery::DeliveryStatus;
 pub use vid_core::endpoint::EndpointStatus;
 
-pub use crate::fanin::{insert_deliveries, insert_deliveries_batch, NewEvent};
+pub use crate::fanin::{fan_in, FannedIn};
 pub use crate::health::disable;
 pub use crate::lease::{claim, postpone, release, release_expired, Claimed};
 pub use crate::outcome::{record, record_successes, settle_without_attempt, AttemptRecord, HealthRules, Recorded};

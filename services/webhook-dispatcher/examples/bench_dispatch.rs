@@ -14,7 +14,8 @@
 //!      `PUBLISH_CONCURRENCY`) to a consumer that acks them in batches
 //!      (`PREFETCH`), under a second amqp prefix; messages/s;
 //!    - database: the dispatcher's own statements for a delivery, without
-//!      HTTP or RabbitMQ, in a second fresh database: fan-in batch
+//!      HTTP or RabbitMQ, in a second fresh database: the events' rows
+//!      (as the api records them; the fan-in reads them), fan-in batch
 //!      ([`fanin::fan_in_batch`]), claim ([`store::claim`]), record
 //!      ([`store::record_successes`]), `BATCH_SIZE` deliveries a round,
 //!      two workers at once (two cores); deliveries/s.
@@ -110,6 +111,7 @@ fn ms(d: Duration) -> String {
 
 struct Bench {
     tenant: TenantId,
+    db: vid_db::Pool,
     prefix: String,
     publisher: Publisher,
     log: Log,
@@ -117,8 +119,16 @@ struct Bench {
 }
 
 impl Bench {
-    async fn publish_one(&self) -> (String, Instant) {
-        let msg = bench_event(&self.tenant);
+    /// `n` new events, recorded in `events` as the api would (before any
+    /// clock starts: recording is the api's cost, not the dispatcher's).
+    async fn record(&self, n: usize) -> Vec<EventPublished> {
+        let messages: Vec<EventPublished> = (0..n).map(|_| bench_event(&self.tenant)).collect();
+        let mut conn = self.db.get().await.unwrap();
+        record_events(&mut conn, &messages).await;
+        messages
+    }
+
+    async fn publish_one(&self, msg: EventPublished) -> (String, Instant) {
         let id = msg.event.id.as_str().to_owned();
         let t0 = Instant::now();
         self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(&id)).await.expect("publish");
@@ -160,6 +170,26 @@ impl Bench {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+}
+
+/// Inserts the events' rows as the api does (the fan-in reads the event from `events`).
+async fn record_events(conn: &mut AsyncPgConnection, messages: &[EventPublished]) {
+    use vid_db::schema::events;
+    for chunk in messages.chunks(1000) {
+        let rows: Vec<_> = chunk
+            .iter()
+            .map(|m| {
+                (
+                    events::id.eq(m.event.id.clone()),
+                    events::tenant_id.eq(m.tenant_id.clone()),
+                    events::event_type.eq(m.event.type_.as_str()),
+                    events::resource_id.eq("vid_bench"),
+                    events::payload.eq(m.payload.clone()),
+                )
+            })
+            .collect();
+        diesel::insert_into(events::table).values(rows).execute(conn).await.unwrap();
     }
 }
 
@@ -264,8 +294,9 @@ async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: 
             use std::sync::atomic::Ordering::SeqCst;
             while std::sync::atomic::AtomicUsize::load(&recorded, SeqCst) < n {
                 let messages: Vec<EventPublished> = (0..batch).map(|_| bench_event(&tenant)).collect();
-                fanin::fan_in_batch(&pool, &messages).await.unwrap();
                 let mut conn = pool.get().await.unwrap();
+                record_events(&mut conn, &messages).await;
+                fanin::fan_in_batch(&pool, &messages).await.unwrap();
                 let claimed = store::claim(&mut conn, i32::MAX, batch as i32, 60_000).await.unwrap();
                 let now = Utc::now();
                 let rows: Vec<_> = claimed
@@ -363,27 +394,30 @@ async fn main() {
             .await
             .unwrap();
     }
+    let bench_db_settings = settings.database.clone();
     let dispatcher = Dispatcher::build(settings, Arc::new(vid_netguard::StaticResolver::new())).unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(dispatcher.run(async move {
         let _ = stop_rx.await;
     }));
-    let bench = Arc::new(Bench { tenant, prefix, publisher, log: log.clone(), expected_per_event: endpoints });
+    let bench_db = vid_db::pool(&bench_db_settings).unwrap();
+    let bench = Arc::new(Bench { tenant, db: bench_db, prefix, publisher, log: log.clone(), expected_per_event: endpoints });
 
     // Warm-up (connections, prepared statements, queue consumer), not counted.
     let mut warm = HashMap::new();
-    for _ in 0..20 {
-        let (id, t0) = bench.publish_one().await;
+    for msg in bench.record(20).await {
+        let (id, t0) = bench.publish_one(msg).await;
         warm.insert(id, t0);
     }
     bench.collect(&warm, Duration::from_secs(60)).await;
 
     // 4. Burst.
+    let burst = bench.record(events).await;
     let start = Instant::now();
-    let published: HashMap<String, Instant> = futures::stream::iter(0..events)
-        .map(|_| {
+    let published: HashMap<String, Instant> = futures::stream::iter(burst)
+        .map(|msg| {
             let b = bench.clone();
-            async move { b.publish_one().await }
+            async move { b.publish_one(msg).await }
         })
         .buffer_unordered(publish_concurrency.max(1))
         .collect()
@@ -399,13 +433,14 @@ async fn main() {
     let paced_rate = (rate / 2.0 / endpoints as f64).max(1.0);
     let paced_n = ((paced_rate * 8.0) as usize).clamp(200, events);
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
+    let paced_events = bench.record(paced_n).await;
     let p_start = Instant::now();
     let mut handles = Vec::with_capacity(paced_n);
-    for i in 0..paced_n {
+    for (i, msg) in paced_events.into_iter().enumerate() {
         let at = p_start + interval.mul_f64(i as f64);
         tokio::time::sleep_until(at.into()).await;
         let b = bench.clone();
-        handles.push(tokio::spawn(async move { b.publish_one().await }));
+        handles.push(tokio::spawn(async move { b.publish_one(msg).await }));
     }
     let mut paced = HashMap::new();
     for h in handles {

@@ -1,6 +1,7 @@
 //! The dispatcher as a service: [`Dispatcher::build`] checks the settings
 //! and binds the health port; [`Dispatcher::run`] starts the fan-in, the
-//! scheduler, the LISTEN task, the retry-backlog gauge and the health server,
+//! scheduler, the LISTEN task, the retry-backlog gauge, the event
+//! reconciliation ([`reconcile`]) and the health server,
 //! and on shutdown stops them in that order (see the crate docs, "Shutdown").
 
 use std::future::Future;
@@ -16,7 +17,7 @@ use vid_netguard::{Resolve, UrlPolicy};
 
 use crate::attempt::{self, ConnectObserver};
 use crate::settings::Settings;
-use crate::{fanin, health, listen, scheduler};
+use crate::{fanin, health, listen, reconcile, scheduler};
 
 /// A built, not yet running dispatcher: settings checked, health port bound.
 pub struct Dispatcher {
@@ -103,6 +104,13 @@ impl Dispatcher {
             std::time::Duration::from_millis(settings.dispatcher.retry_backlog_interval_ms.max(100)),
             stop_rx.clone(),
         ));
+        let reconciler = tokio::spawn(reconcile::run(
+            db.clone(),
+            settings.dispatcher.reconcile_window(),
+            settings.dispatcher.reconcile_interval(),
+            wake.clone(),
+            stop_rx.clone(),
+        ));
         let health = tokio::spawn(health::serve(tokio::net::TcpListener::from_std(health)?, db, broker_up, stop_rx));
 
         shutdown.await;
@@ -112,6 +120,7 @@ impl Dispatcher {
         let _ = scheduler.await;
         let _ = health.await;
         let _ = backlog.await;
+        let _ = reconciler.await;
         let _ = listener.await;
         tracing::info!("stopped");
         Ok(())

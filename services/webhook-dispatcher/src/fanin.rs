@@ -3,7 +3,8 @@
 //! Consumes `P.webhook.events` with manual acks, in batches: every message
 //! already received (up to `prefetch`) is taken together, and ONE
 //! transaction inserts one delivery per matching endpoint of each event's
-//! tenant ([`store::insert_deliveries_batch`], multi-row `INSERT`); the
+//! tenant ([`store::fan_in`]: the events are read from `events`, the
+//! endpoints chosen by the one rule `vid_deliveries::fanin::MATCH`); the
 //! messages are acked only after the commit, so a crash between the two
 //! redelivers them, and `(event_id, endpoint_id)` uniqueness makes the
 //! redelivery harmless. Each message's `x-correlation-id` is logged as the
@@ -178,25 +179,11 @@ pub async fn fan_in(db: &vid_db::Pool, message: &EventPublished) -> anyhow::Resu
 }
 
 /// Inserts the deliveries of many events, in one transaction
-/// ([`store::insert_deliveries_batch`]). Returns how many were new.
+/// ([`store::fan_in`]: the event is read from `events`, the one matching
+/// rule applies). Returns how many were new.
 pub async fn fan_in_batch(db: &vid_db::Pool, messages: &[EventPublished]) -> anyhow::Result<usize> {
+    let ids: Vec<vid_core::EventId> = messages.iter().map(|m| m.event.id.clone()).collect();
     let mut conn = db.get().await?;
-    let n = conn
-        .transaction::<usize, diesel::result::Error, _>(|conn| {
-            async move {
-                let events: Vec<store::NewEvent<'_>> = messages
-                    .iter()
-                    .map(|m| store::NewEvent {
-                        tenant_id: &m.tenant_id,
-                        event_id: &m.event.id,
-                        event_type: m.event.type_,
-                        payload: &m.payload,
-                    })
-                    .collect();
-                store::insert_deliveries_batch(conn, &events).await
-            }
-            .scope_boxed()
-        })
-        .await?;
-    Ok(n)
+    let done = conn.transaction::<_, diesel::result::Error, _>(|conn| async move { store::fan_in(conn, &ids).await }.scope_boxed()).await?;
+    Ok(done.deliveries)
 }

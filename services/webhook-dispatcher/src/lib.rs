@@ -24,6 +24,9 @@
 //!   transition and the delivery state machine; the api's `:retry` and
 //!   `:enable` use it too. The dispatcher speaks no SQL of its own except the
 //!   LISTEN in [`listen`].
+//! - [`reconcile`]: at start-up and every `reconcile_interval_seconds`,
+//!   events in PostgreSQL older than `reconcile_grace_seconds` that lack a
+//!   delivery for a matching endpoint get it (a message lost by RabbitMQ).
 //! - [`listen`]: LISTEN for deliveries that became due elsewhere (wakes the scheduler).
 //! - [`health`]: `/healthz`, `/readyz`, `/metrics`.
 //!
@@ -37,6 +40,12 @@
 //!   (refreshed every `retry_backlog_interval_ms`).
 //! - `webhook_endpoints_disabled_total{reason}`: `gone`, `failed_deliveries`, `failing_too_long`.
 //! - `amqp_messages_consumed_total{queue,outcome}`: fan-in messages, `ack|requeue|reject`.
+//! - `events_reconciled_total`, `webhook_deliveries_reconciled_total`:
+//!   events (and their delivery rows) the reconciliation created because the
+//!   message path had not; 0 on a healthy system, so any increase is a lost message.
+//! - `events_reconcile_last_success_timestamp_seconds` (Unix time of the last
+//!   completed pass) and `events_reconcile_mark_lag_seconds` (now minus the
+//!   high-water mark; grace + at most one interval when healthy).
 //!
 //! # Ownership
 //!
@@ -134,6 +143,7 @@ pub mod attempt;
 pub mod fanin;
 pub mod health;
 pub mod listen;
+pub mod reconcile;
 pub mod retry;
 pub mod scheduler;
 pub mod settings;

@@ -89,6 +89,37 @@ pub struct DispatcherSettings {
     /// on a partial index), in ms. Default 15000.
     #[serde(default = "default_backlog_interval_ms")]
     pub retry_backlog_interval_ms: u64,
+    /// Events younger than this are left to the message fan-in; older ones
+    /// without their deliveries are reconciled from `events`, in seconds.
+    /// Default 300: far beyond a healthy fan-in's lag (seconds), so a healthy
+    /// system reconciles nothing, and beyond any event-recording transaction
+    /// (the mark never passes an event not yet committed).
+    #[serde(default = "default_reconcile_grace")]
+    pub reconcile_grace_seconds: f64,
+    /// Time between reconciliation passes (one also runs at start-up), in
+    /// seconds. Default 60: a lost event is delivered within grace + 60 s.
+    #[serde(default = "default_reconcile_interval")]
+    pub reconcile_interval_seconds: f64,
+    /// The first pass ever (no mark yet) starts this far back, in seconds.
+    /// Default 86400: deploying the reconciliation does not replay history.
+    #[serde(default = "default_reconcile_lookback")]
+    pub reconcile_lookback_seconds: f64,
+    /// Events per reconciliation transaction. Default 1000.
+    #[serde(default = "default_reconcile_batch")]
+    pub reconcile_batch: u32,
+}
+
+fn default_reconcile_grace() -> f64 {
+    300.0
+}
+fn default_reconcile_interval() -> f64 {
+    60.0
+}
+fn default_reconcile_lookback() -> f64 {
+    86_400.0
+}
+fn default_reconcile_batch() -> u32 {
+    1000
 }
 
 fn default_pool_max_idle_per_host() -> usize {
@@ -127,8 +158,25 @@ impl DispatcherSettings {
     pub fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms.unwrap_or(self.connect_timeout_ms + self.request_timeout_ms + 15_000))
     }
+    /// The reconciliation window ([`vid_deliveries::reconcile::Window`]).
+    /// Negative or non-finite seconds count as 0.
+    pub fn reconcile_window(&self) -> vid_deliveries::reconcile::Window {
+        vid_deliveries::reconcile::Window {
+            grace: secs(self.reconcile_grace_seconds),
+            lookback: secs(self.reconcile_lookback_seconds),
+            batch: i64::from(self.reconcile_batch.max(1)),
+        }
+    }
+    /// Time between reconciliation passes (at least 10 ms).
+    pub fn reconcile_interval(&self) -> Duration {
+        secs(self.reconcile_interval_seconds).max(Duration::from_millis(10))
+    }
     /// Idle poll interval.
     pub fn idle_poll(&self) -> Duration {
         Duration::from_millis(self.idle_poll_ms.max(1))
     }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)
 }

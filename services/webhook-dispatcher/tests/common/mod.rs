@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use vid_core::event::{Event, EventData, EventType, VideoEventData};
 use vid_core::messages::EventPublished;
 use vid_core::{EndpointId, EventId, OperationId, TenantId, VideoId};
-use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
+use vid_db::schema::{events, tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
 use vid_db::seal::SealingKey;
 use vid_db::RunQueryDsl;
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
@@ -98,8 +98,17 @@ impl World {
         (id, secret)
     }
 
-    /// Publishes a `video.ready` event as the api's outbox relay would; returns it and its payload.
+    /// Records a `video.ready` event in `events` and publishes it, as the
+    /// api and its outbox relay would; returns it and its payload.
     pub async fn publish(&self) -> (EventId, String) {
+        let (id, payload) = self.record_event().await;
+        self.publish_recorded(&payload).await;
+        (id, payload)
+    }
+
+    /// Records a `video.ready` event in `events` only (as the api does in
+    /// the transaction of the change); returns its id and payload.
+    pub async fn record_event(&self) -> (EventId, String) {
         let event = Event {
             id: EventId::generate(),
             type_: EventType::VideoReady,
@@ -107,9 +116,26 @@ impl World {
             data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
         };
         let payload = serde_json::to_string(&event).unwrap();
-        let msg = EventPublished { tenant_id: self.tenant.clone(), event: event.clone(), payload: payload.clone() };
-        self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(event.id.as_str())).await.unwrap();
+        let mut conn = self.conn().await;
+        diesel::insert_into(events::table)
+            .values((
+                events::id.eq(&event.id),
+                events::tenant_id.eq(&self.tenant),
+                events::event_type.eq(event.type_.as_str()),
+                events::resource_id.eq(event.id.as_str()),
+                events::payload.eq(&payload),
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
         (event.id, payload)
+    }
+
+    /// Publishes a recorded event's message (the outbox relay's part).
+    pub async fn publish_recorded(&self, payload: &str) {
+        let event: Event = serde_json::from_str(payload).unwrap();
+        let msg = EventPublished { tenant_id: self.tenant.clone(), event: event.clone(), payload: payload.to_owned() };
+        self.publisher.publish_json(&Topology::new(&self.prefix).events_exchange(), RK_EVENT, &msg, Some(event.id.as_str())).await.unwrap();
     }
 
     /// Fans the event `payload` (as [`World::publish`] returned it) in

@@ -1,0 +1,11 @@
+-- webhook-dispatcher: the reconciliation's window over all tenants'
+-- events, `WHERE (created_at, id) > (mark) AND created_at < now() - grace
+-- ORDER BY created_at, id LIMIT n` (vid_deliveries::reconcile), is a range
+-- of this index: a pass reads only the events after the high-water mark,
+-- however many the table holds. events_tenant_created leads with tenant_id
+-- and cannot answer a scan across tenants.
+--
+-- Built CONCURRENTLY, so the table keeps taking writes meanwhile; that cannot
+-- run in a transaction (metadata.toml). A failed build leaves an INVALID
+-- index behind: DROP INDEX it, then run the migrations again.
+CREATE INDEX CONCURRENTLY events_created_id ON events (created_at, id);
