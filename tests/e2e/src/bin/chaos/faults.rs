@@ -1,6 +1,8 @@
 //! Injecting the faults: kills (each waits for work in flight first, then
 //! restarts the service), restarts of RabbitMQ and PostgreSQL (by the
-//! commands chaos.sh passes), and the two receiver windows.
+//! commands chaos.sh passes), the reset of the platform's RabbitMQ node (it
+//! loses every queue and message; waits for messages in flight first), and
+//! the two receiver windows.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use tokio::sync::oneshot;
 use crate::receiver::record_pid;
 use crate::schedule::{FaultKind, Planned};
 use crate::shared::Shared;
-use crate::util::{fmt_t, wait_200};
+use crate::util::{fmt_t, sql, wait_200};
 
 /// A fault as it happened.
 #[derive(Debug, Clone)]
@@ -28,13 +30,8 @@ pub(crate) struct FaultRecord {
 
 /// Runs the faults in order, each at its time (or when the previous one is
 /// over, if later). Windows run in the background; point faults in sequence.
-/// `restart_pg` / `restart_mq`: the restart command, or why it is skipped.
-pub(crate) async fn inject_all(
-    shared: Arc<Shared>,
-    faults: Vec<Planned>,
-    restart_pg: Result<String, String>,
-    restart_mq: Result<String, String>,
-) -> Vec<FaultRecord> {
+/// `cmds`: the restart and reset commands, or why each is skipped.
+pub(crate) async fn inject_all(shared: Arc<Shared>, faults: Vec<Planned>, cmds: Commands) -> Vec<FaultRecord> {
     let mut records = Vec::new();
     let mut windows = Vec::new();
     for f in faults {
@@ -44,8 +41,15 @@ pub(crate) async fn inject_all(
                 let shared = shared.clone();
                 windows.push(tokio::spawn(async move { window(&shared, &f).await }));
             }
-            FaultKind::RestartPostgres => records.push(restart(&shared, &f, &restart_pg).await),
-            FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &restart_mq).await),
+            FaultKind::RestartPostgres => records.push(restart(&shared, &f, &cmds.restart_pg, "").await),
+            FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &cmds.restart_mq, "").await),
+            FaultKind::ResetRabbitmq => {
+                let met = match &cmds.reset_mq {
+                    Ok(_) => wait_for_messages(&shared, &cmds.db).await,
+                    Err(_) => String::new(),
+                };
+                records.push(restart(&shared, &f, &cmds.reset_mq, &met).await)
+            }
             FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => records.push(kill(&shared, &f).await),
         }
     }
@@ -58,9 +62,19 @@ pub(crate) async fn inject_all(
     records
 }
 
-/// Restarts RabbitMQ or PostgreSQL with `cmd` (the seconds to stay stopped
-/// are its last argument), or records why it is skipped.
-async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> FaultRecord {
+/// The commands of the restart and reset faults (`Err`: why it is skipped),
+/// and the platform's database (the reset looks there for work in flight).
+pub(crate) struct Commands {
+    pub(crate) restart_pg: Result<String, String>,
+    pub(crate) restart_mq: Result<String, String>,
+    pub(crate) reset_mq: Result<String, String>,
+    pub(crate) db: String,
+}
+
+/// Restarts RabbitMQ or PostgreSQL, or resets RabbitMQ, with `cmd` (the
+/// seconds to stay stopped are its last argument), or records why it is
+/// skipped. `met`: what the fault met (put in front of the detail).
+async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>, met: &str) -> FaultRecord {
     let kind = f.kind;
     let at = shared.t0.elapsed();
     let mut rec = FaultRecord { kind, at, ended: at, detail: String::new(), skipped: None, error: None };
@@ -73,7 +87,9 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
         }
     };
     println!("chaos: {} {} ...", fmt_t(at), kind.label());
-    shared.started[&kind].send_replace(true);
+    if f.kind != FaultKind::ResetRabbitmq {
+        shared.started[&kind].send_replace(true);
+    }
     // The command gets the seconds to stay stopped as its last argument.
     let cmd = format!("{cmd} {:.1}", f.length.as_secs_f64());
     let out = tokio::time::timeout(
@@ -84,8 +100,11 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
     rec.ended = shared.t0.elapsed();
     match out {
         Ok(Ok(o)) if o.status.success() => {
-            rec.detail =
-                format!("stopped, kept down {:.1} s, started again; {:.1} s in all", f.length.as_secs_f64(), (rec.ended - at).as_secs_f64())
+            rec.detail = format!(
+                "{met}stopped, kept down {:.1} s, started again; {:.1} s in all",
+                f.length.as_secs_f64(),
+                (rec.ended - at).as_secs_f64()
+            )
         }
         Ok(Ok(o)) => rec.error = Some(format!("restart command failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim())),
         Ok(Err(e)) => rec.error = Some(format!("restart command did not run: {e}")),
@@ -144,6 +163,33 @@ async fn wait_for_job(shared: &Shared, kind: FaultKind) -> String {
             return "no job in flight within 60 s: killed idle".into();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Messages the broker holds for the platform right now: operations still
+/// `pending` (their job is queued or being published) and recent events that
+/// have no delivery yet (their message is on its way to the fan-in).
+const IN_FLIGHT: &str = "SELECT (SELECT count(*) FROM operations WHERE status = 'pending'), \
+     (SELECT count(*) FROM events e WHERE e.created_at > now() - interval '60 seconds' \
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id))";
+
+/// Lets the reset's pinned upload start and waits (at most 60 s) until the
+/// platform has messages in flight (a queued job or an event not yet fanned
+/// in), so the reset wipes work PostgreSQL must heal. Answers what it met.
+async fn wait_for_messages(shared: &Shared, db: &str) -> String {
+    shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(rows) = sql(db, IN_FLIGHT).await {
+            let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+            if n(0) + n(1) > 0 {
+                return format!("{} pending job(s) and {} event(s) not yet fanned in when reset; ", n(0), n(1));
+            }
+        }
+        if Instant::now() > deadline {
+            return "no message in flight within 60 s: reset idle; ".into();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
