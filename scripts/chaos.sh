@@ -80,7 +80,6 @@ pg_stop() {
 # node's environment: its own node name, ports, data, logs, config, no
 # plugins, and not /etc/rabbitmq/rabbitmq-env.conf.
 rmq_use() { RMQ_NAME=$1; RMQ_BASE="$CHAOS_DIR/$1"; RMQ_ENV="$CHAOS_DIR/$1.env"; }
-rmq_use rabbitmq
 rmq_user() { if [ "$(id -u)" -eq 0 ] && id rabbitmq >/dev/null 2>&1; then echo rabbitmq; else id -un; fi; }
 rmq() { # rmq PROGRAM ARGS...: a RabbitMQ script against the selected private node
     as_user "$(rmq_user)" "$RMQ_BASE/run" "$@"
@@ -164,7 +163,7 @@ if [ "${1:-}" = "__restart" ]; then
     [ -n "${CHAOS_DIR:-}" ] || { say "CHAOS_DIR is not set"; exit 2; }
     case "${2:-}" in
         postgres) pg_restart "${3:-0}" ;;
-        rabbitmq) rmq_restart "${3:-0}" ;;
+        rabbitmq) rmq_use rabbitmq; rmq_restart "${3:-0}" ;;
         *) say "unknown: $2"; exit 2 ;;
     esac
     exit $?
@@ -172,7 +171,7 @@ fi
 if [ "${1:-}" = "__reset" ]; then # __reset rabbitmq [SECONDS]: the platform's node loses its state
     [ -n "${CHAOS_DIR:-}" ] || { say "CHAOS_DIR is not set"; exit 2; }
     [ "${2:-}" = rabbitmq ] || { say "unknown: ${2:-}"; exit 2; }
-    rmq_reset "${3:-0}"
+    rmq_use rabbitmq; rmq_reset "${3:-0}"
     exit $?
 fi
 

@@ -183,7 +183,7 @@ async fn wait_for_messages(shared: &Shared, db: &str) -> String {
         if let Ok(rows) = sql(db, IN_FLIGHT).await {
             let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
             if n(0) + n(1) > 0 {
-                return format!("{} pending job(s) and {} event(s) not yet fanned in when reset; ", n(0), n(1));
+                return format!("reset begun with {} pending job(s) and {} event(s) not yet fanned in; ", n(0), n(1));
             }
         }
         if Instant::now() > deadline {
