@@ -48,7 +48,8 @@ pub(crate) async fn inject_all(shared: Arc<Shared>, faults: Vec<Planned>, cmds: 
                     Ok(_) => wait_for_messages(&shared, &cmds.db).await,
                     Err(_) => String::new(),
                 };
-                records.push(restart(&shared, &f, &cmds.reset_mq, &met).await)
+                records.push(restart(&shared, &f, &cmds.reset_mq, &met).await);
+                thaw(&shared).await;
             }
             FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => records.push(kill(&shared, &f).await),
         }
@@ -173,24 +174,47 @@ const IN_FLIGHT: &str = "SELECT (SELECT count(*) FROM operations WHERE status = 
      (SELECT count(*) FROM events e WHERE e.created_at > now() - interval '60 seconds' \
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id))";
 
-/// Lets the reset's pinned upload start and waits (at most 60 s) until the
-/// platform has messages in flight (a queued job or an event not yet fanned
-/// in), so the reset wipes work PostgreSQL must heal. Answers what it met.
+/// The consumers of the platform's queues that the reset holds back.
+const CONSUMERS: [&str; 2] = ["transcoder", "webhook-dispatcher"];
+
+/// Sends `signal` (`STOP` / `CONT`) to the transcoder and the dispatcher.
+async fn signal_consumers(shared: &Shared, signal: &str) {
+    let pids: Vec<String> = {
+        let stack = shared.stack.lock().await;
+        CONSUMERS.iter().filter_map(|n| stack.pid(n)).map(|p| p.to_string()).collect()
+    };
+    let _ = tokio::process::Command::new("kill").arg(format!("-{signal}")).args(&pids).status().await;
+}
+
+/// Makes sure the reset wipes work that only PostgreSQL can heal: freezes
+/// the queues' consumers (SIGSTOP transcoder and dispatcher: a backlog, as
+/// when consumers are slow), lets the reset's pinned upload start, and waits
+/// (at most 60 s; 20 s once one kind is there) until the broker holds a
+/// queued job and an event not yet fanned in. The caller resets, then
+/// [`thaw`]s. Answers what it found.
 async fn wait_for_messages(shared: &Shared, db: &str) -> String {
+    signal_consumers(shared, "STOP").await;
     shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let begun = Instant::now();
     loop {
-        if let Ok(rows) = sql(db, IN_FLIGHT).await {
-            let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
-            if n(0) + n(1) > 0 {
-                return format!("reset begun with {} pending job(s) and {} event(s) not yet fanned in; ", n(0), n(1));
-            }
+        let rows = sql(db, IN_FLIGHT).await.unwrap_or_default();
+        let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let waited = begun.elapsed();
+        let both = n(0) > 0 && n(1) > 0;
+        if both || (n(0) + n(1) > 0 && waited > Duration::from_secs(20)) || waited > Duration::from_secs(60) {
+            return format!(
+                "transcoder and dispatcher frozen; reset begun with {} pending job(s) and {} event(s) not yet fanned in; ",
+                n(0),
+                n(1)
+            );
         }
-        if Instant::now() > deadline {
-            return "no message in flight within 60 s: reset idle; ".into();
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Lets the frozen consumers go on (SIGCONT) once the broker is back.
+async fn thaw(shared: &Shared) {
+    signal_consumers(shared, "CONT").await;
 }
 
 /// Holds the next webhook request at either proxy (at most 60 s), so the
