@@ -167,54 +167,61 @@ async fn wait_for_job(shared: &Shared, kind: FaultKind) -> String {
     }
 }
 
-/// Messages the broker holds for the platform right now: operations still
-/// `pending` (their job is queued or being published) and recent events that
-/// have no delivery yet (their message is on its way to the fan-in).
+/// What the broker should be holding for the platform: operations still
+/// `pending` (their job queued), open operations, and recent events that have
+/// no delivery yet (their message on its way to the fan-in).
 const IN_FLIGHT: &str = "SELECT (SELECT count(*) FROM operations WHERE status = 'pending'), \
+     (SELECT count(*) FROM operations WHERE status IN ('pending', 'running')), \
      (SELECT count(*) FROM events e WHERE e.created_at > now() - interval '60 seconds' \
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id))";
 
-/// The consumers of the platform's queues that the reset holds back.
-const CONSUMERS: [&str; 2] = ["transcoder", "webhook-dispatcher"];
-
-/// Sends `signal` (`STOP` / `CONT`) to the transcoder and the dispatcher.
-async fn signal_consumers(shared: &Shared, signal: &str) {
-    let pids: Vec<String> = {
-        let stack = shared.stack.lock().await;
-        CONSUMERS.iter().filter_map(|n| stack.pid(n)).map(|p| p.to_string()).collect()
-    };
-    let _ = tokio::process::Command::new("kill").arg(format!("-{signal}")).args(&pids).status().await;
+/// `(pending, open, events not fanned in)` now (zeros if the query fails).
+async fn in_flight(db: &str) -> (i64, i64, i64) {
+    let rows = sql(db, IN_FLIGHT).await.unwrap_or_default();
+    let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    (n(0), n(1), n(2))
 }
 
-/// Makes sure the reset wipes work that only PostgreSQL can heal: freezes
-/// the queues' consumers (SIGSTOP transcoder and dispatcher: a backlog, as
-/// when consumers are slow), lets the reset's pinned upload start, and waits
-/// (at most 60 s; 20 s once one kind is there) until the broker holds a
-/// queued job and an event not yet fanned in. The caller resets, then
-/// [`thaw`]s. Answers what it found.
-async fn wait_for_messages(shared: &Shared, db: &str) -> String {
-    signal_consumers(shared, "STOP").await;
-    shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
-    let begun = Instant::now();
+/// Polls [`in_flight`] every 50 ms until `done` holds (or `limit` passed).
+async fn wait_until(db: &str, limit: Duration, done: impl Fn((i64, i64, i64)) -> bool) -> (i64, i64, i64) {
+    let deadline = Instant::now() + limit;
     loop {
-        let rows = sql(db, IN_FLIGHT).await.unwrap_or_default();
-        let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
-        let waited = begun.elapsed();
-        let both = n(0) > 0 && n(1) > 0;
-        if both || (n(0) + n(1) > 0 && waited > Duration::from_secs(20)) || waited > Duration::from_secs(60) {
-            return format!(
-                "transcoder and dispatcher frozen; reset begun with {} pending job(s) and {} event(s) not yet fanned in; ",
-                n(0),
-                n(1)
-            );
+        let now = in_flight(db).await;
+        if done(now) || Instant::now() > deadline {
+            return now;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
+/// Sends `signal` (`STOP` / `CONT`) to the named services.
+async fn signal(shared: &Shared, signal: &str, names: &[&str]) {
+    let pids: Vec<String> = {
+        let stack = shared.stack.lock().await;
+        names.iter().filter_map(|n| stack.pid(n)).map(|p| p.to_string()).collect()
+    };
+    let _ = tokio::process::Command::new("kill").arg(format!("-{signal}")).args(&pids).status().await;
+}
+
+/// Makes sure the reset wipes work only PostgreSQL can heal, with the
+/// queues' consumers held back (SIGSTOP: a backlog, as when consumers are
+/// slow): the dispatcher is frozen and the reset's first pinned upload runs
+/// until its events are recorded and its job is done (so they wait in the
+/// broker, and no job is mid-run); then the transcoder is frozen too and the
+/// second pinned upload's job waits in the queue. Each wait is at most 30 s.
+/// The caller resets, then [`thaw`]s. Answers what the reset met.
+async fn wait_for_messages(shared: &Shared, db: &str) -> String {
+    signal(shared, "STOP", &["webhook-dispatcher"]).await;
+    shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
+    wait_until(db, Duration::from_secs(30), |(_, open, events)| events > 0 && open == 0).await;
+    signal(shared, "STOP", &["transcoder"]).await;
+    let (pending, _, events) = wait_until(db, Duration::from_secs(30), |(pending, _, _)| pending > 0).await;
+    format!("dispatcher and transcoder frozen; reset begun with {pending} queued job(s) and {events} event(s) not yet fanned in; ")
+}
+
 /// Lets the frozen consumers go on (SIGCONT) once the broker is back.
 async fn thaw(shared: &Shared) {
-    signal_consumers(shared, "CONT").await;
+    signal(shared, "CONT", &["transcoder", "webhook-dispatcher"]).await;
 }
 
 /// Holds the next webhook request at either proxy (at most 60 s), so the

@@ -36,10 +36,11 @@ pub(crate) struct Args {
     /// Seed of the fault schedule (random when absent; always printed).
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// The short version `make test` runs (5 uploads, shorter outages).
+    /// The short version `make test` runs (6 uploads, shorter outages).
     #[arg(long)]
     pub(crate) small: bool,
-    /// Number of uploads (default 50, or 5 with --small).
+    /// Number of uploads (default 50, or 6 with --small: one pinned to each
+    /// fault that needs work in flight, two to the reset).
     #[arg(long)]
     pub(crate) uploads: Option<usize>,
     /// The platform's (migrated) database.
@@ -99,7 +100,7 @@ impl Profile {
         let mut p = if args.small {
             Profile {
                 name: "small",
-                uploads: 5,
+                uploads: 6,
                 load: Duration::from_secs(70),
                 receiver_down: Duration::from_secs(25),
                 receiver_500: Duration::from_secs(15),

@@ -135,6 +135,13 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
             PlannedUpload { at: f.at + delay, after: Some((f.kind, delay)) }
         })
         .collect();
+    // The reset's second upload: its job must wait in the queue once the
+    // transcoder is frozen (after the first upload's job is done).
+    let mut pins = pins;
+    if let Some(reset) = faults.iter().find(|f| f.kind == FaultKind::ResetRabbitmq) {
+        let delay = Duration::from_secs_f64(rng.random_range(6.0..9.0));
+        pins.push(PlannedUpload { at: reset.at + delay, after: Some((FaultKind::ResetRabbitmq, delay)) });
+    }
     for (k, pin) in pins.into_iter().enumerate() {
         if let Some(u) = uploads.get_mut(k) {
             *u = pin;
