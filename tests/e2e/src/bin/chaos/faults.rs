@@ -207,16 +207,29 @@ async fn signal(shared: &Shared, signal: &str, names: &[&str]) {
 /// queues' consumers held back (SIGSTOP: a backlog, as when consumers are
 /// slow): the dispatcher is frozen and the reset's first pinned upload runs
 /// until its events are recorded and its job is done (so they wait in the
-/// broker, and no job is mid-run); then the transcoder is frozen too and the
-/// second pinned upload's job waits in the queue. Each wait is at most 30 s.
+/// broker, and no job is mid-run); then the transcoder is frozen too, between
+/// two jobs (its work dir empty), and the second pinned upload's job waits in
+/// the queue. The waits: at most 15 s for the events (less with a
+/// backlog, where no moment is without open operations), 30 s for the others.
 /// The caller resets, then [`thaw`]s. Answers what the reset met.
 async fn wait_for_messages(shared: &Shared, db: &str) -> String {
     signal(shared, "STOP", &["webhook-dispatcher"]).await;
     shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
-    wait_until(db, Duration::from_secs(30), |(_, open, events)| events > 0 && open == 0).await;
+    wait_until(db, Duration::from_secs(15), |(_, open, events)| events > 0 && open == 0).await;
+    // With a backlog the transcoder is rarely idle: freeze it between two jobs.
+    let work = shared.stack.lock().await.transcoder_work_dir();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while holds_job(&work) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     signal(shared, "STOP", &["transcoder"]).await;
     let (pending, _, events) = wait_until(db, Duration::from_secs(30), |(pending, _, _)| pending > 0).await;
     format!("dispatcher and transcoder frozen; reset begun with {pending} queued job(s) and {events} event(s) not yet fanned in; ")
+}
+
+/// Whether the transcoder's work dir holds a job (`op_…`).
+fn holds_job(work: &std::path::Path) -> bool {
+    std::fs::read_dir(work).map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("op_"))).unwrap_or(false)
 }
 
 /// Lets the frozen consumers go on (SIGCONT) once the broker is back.
