@@ -13,8 +13,12 @@
 # (a fresh database / a unique queue prefix) and skips that restart fault, saying why.
 # Everything started here is stopped on exit, on failure too (trap).
 #
+# The receivers (who stand for customers) get a RabbitMQ node of their own, so
+# the "broker loses its state" fault wipes only the platform's queues.
+#
 # Internal (called by the chaos binary during the run; CHAOS_DIR is set):
 #   scripts/chaos.sh __restart postgres|rabbitmq [SECONDS down]
+#   scripts/chaos.sh __reset rabbitmq [SECONDS stopped]   (stop_app, reset, start_app)
 #
 # CHAOS_PRIVATE (default "postgres rabbitmq") names the private instances to
 # start; leave one out to run on the shared one (its restart is then skipped).
@@ -67,20 +71,25 @@ pg_stop() {
 }
 
 # -------------------------------------------------------------- rabbitmq --
-# State in $CHAOS_DIR/rmq.env: RMQ_NODE, RMQ_PORT. The node runs as the broker's
-# user (so it uses that user's Erlang cookie), through a wrapper script holding
-# the private node's environment: its own node name, ports, data, logs, config,
-# no plugins, and not /etc/rabbitmq/rabbitmq-env.conf.
+# Two private nodes: "rabbitmq" (the platform's: restarted and reset by the
+# run) and "receivers-rabbitmq" (the chaos receivers' own queues: they stand
+# for customers, whose messages the platform's faults must not touch).
+# `rmq_use NAME` selects one: RMQ_BASE=$CHAOS_DIR/NAME, state in
+# $CHAOS_DIR/NAME.env (RMQ_NODE, RMQ_PORT). A node runs as the broker's user
+# (so it uses that user's Erlang cookie), through a wrapper script holding the
+# node's environment: its own node name, ports, data, logs, config, no
+# plugins, and not /etc/rabbitmq/rabbitmq-env.conf.
+rmq_use() { RMQ_NAME=$1; RMQ_BASE="$CHAOS_DIR/$1"; RMQ_ENV="$CHAOS_DIR/$1.env"; }
 rmq_user() { if [ "$(id -u)" -eq 0 ] && id rabbitmq >/dev/null 2>&1; then echo rabbitmq; else id -un; fi; }
-rmq() { # rmq PROGRAM ARGS...: a RabbitMQ script against the private node
-    as_user "$(rmq_user)" "$CHAOS_DIR/rabbitmq/run" "$@"
+rmq() { # rmq PROGRAM ARGS...: a RabbitMQ script against the selected private node
+    as_user "$(rmq_user)" "$RMQ_BASE/run" "$@"
 }
-rmq_start() {
+rmq_start() { # rmq_start NODE_PREFIX AMQP_PORT_FROM DIST_PORT_FROM (after rmq_use)
     [ -x "$RMQ_BIN/rabbitmq-server" ] || { echo "no rabbitmq-server under $RMQ_BIN"; return 1; }
-    RMQ_NODE="chaos$$@localhost"
-    RMQ_PORT="$(free_port_from "${CHAOS_AMQP_PORT:-5673}")"
-    local dist base="$CHAOS_DIR/rabbitmq" home
-    dist="$(free_port_from "${CHAOS_DIST_PORT:-25673}")"
+    RMQ_NODE="$1$$@localhost"
+    RMQ_PORT="$(free_port_from "$2")"
+    local dist base="$RMQ_BASE" home
+    dist="$(free_port_from "$3")"
     home="$(getent passwd "$(rmq_user)" | cut -d: -f6)"
     mkdir -p "$base/mnesia" "$base/log"
     printf 'listeners.tcp.default = 127.0.0.1:%s\nlog.file.level = warning\n' "$RMQ_PORT" >"$base/rabbitmq.conf"
@@ -101,11 +110,10 @@ exec '$RMQ_BIN'/"\$prog" "\$@"
 WRAPPER
     chmod 755 "$base/run"
     [ "$(id -u)" -eq 0 ] && chown -R "$(rmq_user)" "$base"
-    printf 'RMQ_NODE=%q\nRMQ_PORT=%q\n' "$RMQ_NODE" "$RMQ_PORT" >"$CHAOS_DIR/rmq.env"
-    rmq_up || { echo "the private RabbitMQ node did not start (see $base/log)"; return 1; }
+    printf 'RMQ_NODE=%q\nRMQ_PORT=%q\n' "$RMQ_NODE" "$RMQ_PORT" >"$RMQ_ENV"
+    rmq_up || { echo "the private RabbitMQ node $RMQ_NAME did not start (see $base/log)"; return 1; }
 }
-rmq_up() {
-    rmq rabbitmq-server -detached >>"$CHAOS_DIR/logs/rabbitmq-start.log" 2>&1 || return 1
+rmq_await() { # until the node answers and its AMQP port is open (90 s at most)
     local deadline=$((SECONDS + 90))
     until rmq rabbitmqctl -n "$RMQ_NODE" -q await_startup --timeout 60 >/dev/null 2>&1; do
         (( SECONDS < deadline )) || return 1
@@ -113,25 +121,40 @@ rmq_up() {
     done
     until ! port_free "$RMQ_PORT"; do (( SECONDS < deadline )) || return 1; sleep 0.5; done
 }
+rmq_up() {
+    rmq rabbitmq-server -detached >>"$CHAOS_DIR/logs/$RMQ_NAME-start.log" 2>&1 || return 1
+    rmq_await
+}
 rmq_restart() { # rmq_restart [SECONDS]: stop the node, stay down SECONDS, start it
-    # shellcheck disable=SC1091
-    source "$CHAOS_DIR/rmq.env"
+    # shellcheck disable=SC1090
+    source "$RMQ_ENV"
     rmq rabbitmqctl -n "$RMQ_NODE" -q stop >/dev/null 2>&1 || true
     local deadline=$((SECONDS + 60))
     while ! port_free "$RMQ_PORT" && (( SECONDS < deadline )); do sleep 0.5; done
     sleep "${1:-0}"
     rmq_up
 }
+rmq_reset() { # rmq_reset [SECONDS]: the node loses its state: stop_app, reset (every
+    # queue, exchange, binding, message and user gone; guest/guest is created
+    # again at start), stay stopped SECONDS, start_app.
+    # shellcheck disable=SC1090
+    source "$RMQ_ENV"
+    rmq rabbitmqctl -n "$RMQ_NODE" -q stop_app >/dev/null || return 1
+    rmq rabbitmqctl -n "$RMQ_NODE" -q reset >/dev/null || return 1
+    sleep "${1:-0}"
+    rmq rabbitmqctl -n "$RMQ_NODE" -q start_app >/dev/null || return 1
+    rmq_await
+}
 rmq_stop() {
-    [ -f "$CHAOS_DIR/rmq.env" ] || return 0
-    # shellcheck disable=SC1091
-    source "$CHAOS_DIR/rmq.env"
-    local runner=("$CHAOS_DIR/rabbitmq/run")
+    [ -f "$RMQ_ENV" ] || return 0
+    # shellcheck disable=SC1090
+    source "$RMQ_ENV"
+    local runner=("$RMQ_BASE/run")
     [ "$(id -u)" -eq 0 ] && runner=(runuser -u "$(rmq_user)" -- "${runner[@]}")
     timeout 60 "${runner[@]}" rabbitmqctl -n "$RMQ_NODE" -q stop >/dev/null 2>&1 || true
     # A node that did not stop: its pid file names the Erlang VM.
     local pid
-    pid="$(cat "$CHAOS_DIR/rabbitmq/pid" 2>/dev/null || true)"
+    pid="$(cat "$RMQ_BASE/pid" 2>/dev/null || true)"
     if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
 }
 
@@ -140,9 +163,15 @@ if [ "${1:-}" = "__restart" ]; then
     [ -n "${CHAOS_DIR:-}" ] || { say "CHAOS_DIR is not set"; exit 2; }
     case "${2:-}" in
         postgres) pg_restart "${3:-0}" ;;
-        rabbitmq) rmq_restart "${3:-0}" ;;
+        rabbitmq) rmq_use rabbitmq; rmq_restart "${3:-0}" ;;
         *) say "unknown: $2"; exit 2 ;;
     esac
+    exit $?
+fi
+if [ "${1:-}" = "__reset" ]; then # __reset rabbitmq [SECONDS]: the platform's node loses its state
+    [ -n "${CHAOS_DIR:-}" ] || { say "CHAOS_DIR is not set"; exit 2; }
+    [ "${2:-}" = rabbitmq ] || { say "unknown: ${2:-}"; exit 2; }
+    rmq_use rabbitmq; rmq_reset "${3:-0}"
     exit $?
 fi
 
@@ -169,13 +198,14 @@ cleanup() {
     if [ -f "$CHAOS_DIR/children.pids" ]; then
         while read -r pid; do [[ "$pid" =~ ^[0-9]+$ ]] && kill -KILL "$pid" 2>/dev/null; done <"$CHAOS_DIR/children.pids"
     fi
-    rmq_stop
+    rmq_use rabbitmq; rmq_stop
+    rmq_use receivers-rabbitmq; rmq_stop
     pg_stop
     for db in "${SHARED_DBS[@]}"; do
         psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1
     done
     # Keep the logs of the run, drop the data directories.
-    rm -rf "$CHAOS_DIR/pg" "$CHAOS_DIR/rabbitmq/mnesia"
+    rm -rf "$CHAOS_DIR/pg" "$CHAOS_DIR/rabbitmq/mnesia" "$CHAOS_DIR/receivers-rabbitmq/mnesia"
     # Only the 10 newest runs' logs are kept.
     ls -1dt "$ROOT"/.local/chaos/*/ 2>/dev/null | tail -n +11 | xargs -r rm -rf
     exit "$rc"
@@ -207,17 +237,38 @@ else
     DB_URL="$DB_SERVER/$db"
     CHAOS_FLAGS+=(--skip-postgres-restart "private PostgreSQL unavailable: $reason")
 fi
-if reason="$(private_wanted rabbitmq && rmq_start 2>&1)"; then
-    # shellcheck disable=SC1091
-    source "$CHAOS_DIR/rmq.env"
+rmq_use rabbitmq
+if reason="$(private_wanted rabbitmq && rmq_start chaos "${CHAOS_AMQP_PORT:-5673}" "${CHAOS_DIST_PORT:-25673}" 2>&1)"; then
+    # shellcheck disable=SC1090
+    source "$RMQ_ENV"
     AMQP_URL="amqp://guest:guest@127.0.0.1:$RMQ_PORT/%2f"
     say "private RabbitMQ node $RMQ_NODE on 127.0.0.1:$RMQ_PORT"
     CHAOS_FLAGS+=(--rabbitmq-restart-cmd "bash $ROOT/scripts/chaos.sh __restart rabbitmq")
+    PLATFORM_MQ_PORT=$RMQ_PORT
 else
     rmq_stop
-    say "private RabbitMQ unavailable ($reason); using the shared one, the RabbitMQ restart is skipped"
+    say "private RabbitMQ unavailable ($reason); using the shared one, the RabbitMQ restart and reset are skipped"
     AMQP_URL="${VID__AMQP__URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
     CHAOS_FLAGS+=(--skip-rabbitmq-restart "private RabbitMQ unavailable: $reason")
+    CHAOS_FLAGS+=(--skip-rabbitmq-reset "private RabbitMQ unavailable: $reason")
+    PLATFORM_MQ_PORT=
+fi
+# The receivers' own node (the customers' broker): a reset of the platform's
+# node must not wipe messages a receiver already answered 200 for.
+if [ -n "$PLATFORM_MQ_PORT" ]; then
+    rmq_use receivers-rabbitmq
+    if reason="$(rmq_start chaosr "$((PLATFORM_MQ_PORT + 1))" "${CHAOS_RECEIVERS_DIST_PORT:-25773}" 2>&1)"; then
+        # shellcheck disable=SC1090
+        source "$RMQ_ENV"
+        say "the receivers' private RabbitMQ node $RMQ_NODE on 127.0.0.1:$RMQ_PORT"
+        CHAOS_FLAGS+=(--receiver-amqp-url "amqp://guest:guest@127.0.0.1:$RMQ_PORT/%2f")
+        CHAOS_FLAGS+=(--rabbitmq-reset-cmd "bash $ROOT/scripts/chaos.sh __reset rabbitmq")
+    else
+        rmq_stop
+        say "the receivers' RabbitMQ node did not start ($reason); the RabbitMQ reset is skipped"
+        CHAOS_FLAGS+=(--skip-rabbitmq-reset "the receivers' own RabbitMQ node did not start: $reason")
+    fi
+    rmq_use rabbitmq
 fi
 
 VID__DATABASE__URL="$DB_URL" VID_PROFILE=test VID_CONFIG_DIR="$ROOT/config" target/debug/api migrate >/dev/null

@@ -24,7 +24,7 @@ drop_test_dbs
 rabbitmqctl -q set_policy --apply-to queues vid-test-queues-expire \
     '^(t[0-9a-z]{26}|receivertest)\.' '{"expires":300000}' >/dev/null
 timeout 120 rabbitmqctl -q list_queues name 2>/dev/null | grep -E '^(t[0-9a-z]{26}|receivertest)\.' |
-    while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" >/dev/null 2>&1 || true; done || true
+    while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" </dev/null >/dev/null 2>&1 || true; done || true
 [ "${1:-}" = "--clean-only" ] && exit 0
 
 VID_PROFILE=test target/debug/api storage-setup >/dev/null

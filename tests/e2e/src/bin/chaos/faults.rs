@@ -1,6 +1,8 @@
 //! Injecting the faults: kills (each waits for work in flight first, then
 //! restarts the service), restarts of RabbitMQ and PostgreSQL (by the
-//! commands chaos.sh passes), and the two receiver windows.
+//! commands chaos.sh passes), the reset of the platform's RabbitMQ node (it
+//! loses every queue and message; waits for messages in flight first), and
+//! the two receiver windows.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -11,7 +13,7 @@ use tokio::sync::oneshot;
 use crate::receiver::record_pid;
 use crate::schedule::{FaultKind, Planned};
 use crate::shared::Shared;
-use crate::util::{fmt_t, wait_200};
+use crate::util::{fmt_t, sql, wait_200};
 
 /// A fault as it happened.
 #[derive(Debug, Clone)]
@@ -28,13 +30,8 @@ pub(crate) struct FaultRecord {
 
 /// Runs the faults in order, each at its time (or when the previous one is
 /// over, if later). Windows run in the background; point faults in sequence.
-/// `restart_pg` / `restart_mq`: the restart command, or why it is skipped.
-pub(crate) async fn inject_all(
-    shared: Arc<Shared>,
-    faults: Vec<Planned>,
-    restart_pg: Result<String, String>,
-    restart_mq: Result<String, String>,
-) -> Vec<FaultRecord> {
+/// `cmds`: the restart and reset commands, or why each is skipped.
+pub(crate) async fn inject_all(shared: Arc<Shared>, faults: Vec<Planned>, cmds: Commands) -> Vec<FaultRecord> {
     let mut records = Vec::new();
     let mut windows = Vec::new();
     for f in faults {
@@ -44,8 +41,16 @@ pub(crate) async fn inject_all(
                 let shared = shared.clone();
                 windows.push(tokio::spawn(async move { window(&shared, &f).await }));
             }
-            FaultKind::RestartPostgres => records.push(restart(&shared, &f, &restart_pg).await),
-            FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &restart_mq).await),
+            FaultKind::RestartPostgres => records.push(restart(&shared, &f, &cmds.restart_pg, "").await),
+            FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &cmds.restart_mq, "").await),
+            FaultKind::ResetRabbitmq => {
+                let met = match &cmds.reset_mq {
+                    Ok(_) => wait_for_messages(&shared, &cmds.db).await,
+                    Err(_) => String::new(),
+                };
+                records.push(restart(&shared, &f, &cmds.reset_mq, &met).await);
+                thaw(&shared).await;
+            }
             FaultKind::KillApi | FaultKind::KillTranscoder | FaultKind::KillDispatcher => records.push(kill(&shared, &f).await),
         }
     }
@@ -58,9 +63,19 @@ pub(crate) async fn inject_all(
     records
 }
 
-/// Restarts RabbitMQ or PostgreSQL with `cmd` (the seconds to stay stopped
-/// are its last argument), or records why it is skipped.
-async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> FaultRecord {
+/// The commands of the restart and reset faults (`Err`: why it is skipped),
+/// and the platform's database (the reset looks there for work in flight).
+pub(crate) struct Commands {
+    pub(crate) restart_pg: Result<String, String>,
+    pub(crate) restart_mq: Result<String, String>,
+    pub(crate) reset_mq: Result<String, String>,
+    pub(crate) db: String,
+}
+
+/// Restarts RabbitMQ or PostgreSQL, or resets RabbitMQ, with `cmd` (the
+/// seconds to stay stopped are its last argument), or records why it is
+/// skipped. `met`: what the fault met (put in front of the detail).
+async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>, met: &str) -> FaultRecord {
     let kind = f.kind;
     let at = shared.t0.elapsed();
     let mut rec = FaultRecord { kind, at, ended: at, detail: String::new(), skipped: None, error: None };
@@ -73,7 +88,9 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
         }
     };
     println!("chaos: {} {} ...", fmt_t(at), kind.label());
-    shared.started[&kind].send_replace(true);
+    if f.kind != FaultKind::ResetRabbitmq {
+        shared.started[&kind].send_replace(true);
+    }
     // The command gets the seconds to stay stopped as its last argument.
     let cmd = format!("{cmd} {:.1}", f.length.as_secs_f64());
     let out = tokio::time::timeout(
@@ -84,8 +101,11 @@ async fn restart(shared: &Shared, f: &Planned, cmd: &Result<String, String>) -> 
     rec.ended = shared.t0.elapsed();
     match out {
         Ok(Ok(o)) if o.status.success() => {
-            rec.detail =
-                format!("stopped, kept down {:.1} s, started again; {:.1} s in all", f.length.as_secs_f64(), (rec.ended - at).as_secs_f64())
+            rec.detail = format!(
+                "{met}stopped, kept down {:.1} s, started again; {:.1} s in all",
+                f.length.as_secs_f64(),
+                (rec.ended - at).as_secs_f64()
+            )
         }
         Ok(Ok(o)) => rec.error = Some(format!("restart command failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim())),
         Ok(Err(e)) => rec.error = Some(format!("restart command did not run: {e}")),
@@ -145,6 +165,76 @@ async fn wait_for_job(shared: &Shared, kind: FaultKind) -> String {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// What the broker should be holding for the platform: operations still
+/// `pending` (their job queued), open operations, and recent events that have
+/// no delivery yet (their message on its way to the fan-in).
+const IN_FLIGHT: &str = "SELECT (SELECT count(*) FROM operations WHERE status = 'pending'), \
+     (SELECT count(*) FROM operations WHERE status IN ('pending', 'running')), \
+     (SELECT count(*) FROM events e WHERE e.created_at > now() - interval '60 seconds' \
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id))";
+
+/// `(pending, open, events not fanned in)` now (zeros if the query fails).
+async fn in_flight(db: &str) -> (i64, i64, i64) {
+    let rows = sql(db, IN_FLIGHT).await.unwrap_or_default();
+    let n = |i: usize| rows.first().and_then(|r| r.get(i)).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    (n(0), n(1), n(2))
+}
+
+/// Polls [`in_flight`] every 50 ms until `done` holds (or `limit` passed).
+async fn wait_until(db: &str, limit: Duration, done: impl Fn((i64, i64, i64)) -> bool) -> (i64, i64, i64) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let now = in_flight(db).await;
+        if done(now) || Instant::now() > deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends `signal` (`STOP` / `CONT`) to the named services.
+async fn signal(shared: &Shared, signal: &str, names: &[&str]) {
+    let pids: Vec<String> = {
+        let stack = shared.stack.lock().await;
+        names.iter().filter_map(|n| stack.pid(n)).map(|p| p.to_string()).collect()
+    };
+    let _ = tokio::process::Command::new("kill").arg(format!("-{signal}")).args(&pids).status().await;
+}
+
+/// Makes sure the reset wipes work only PostgreSQL can heal, with the
+/// queues' consumers held back (SIGSTOP: a backlog, as when consumers are
+/// slow): the dispatcher is frozen and the reset's first pinned upload runs
+/// until its events are recorded and its job is done (so they wait in the
+/// broker, and no job is mid-run); then the transcoder is frozen too, between
+/// two jobs (its work dir empty), and the second pinned upload's job waits in
+/// the queue. The waits: at most 15 s for the events (less with a
+/// backlog, where no moment is without open operations), 30 s for the others.
+/// The caller resets, then [`thaw`]s. Answers what the reset met.
+async fn wait_for_messages(shared: &Shared, db: &str) -> String {
+    signal(shared, "STOP", &["webhook-dispatcher"]).await;
+    shared.started[&FaultKind::ResetRabbitmq].send_replace(true);
+    wait_until(db, Duration::from_secs(15), |(_, open, events)| events > 0 && open == 0).await;
+    // With a backlog the transcoder is rarely idle: freeze it between two jobs.
+    let work = shared.stack.lock().await.transcoder_work_dir();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while holds_job(&work) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    signal(shared, "STOP", &["transcoder"]).await;
+    let (pending, _, events) = wait_until(db, Duration::from_secs(30), |(pending, _, _)| pending > 0).await;
+    format!("dispatcher and transcoder frozen; reset begun with {pending} queued job(s) and {events} event(s) not yet fanned in; ")
+}
+
+/// Whether the transcoder's work dir holds a job (`op_…`).
+fn holds_job(work: &std::path::Path) -> bool {
+    std::fs::read_dir(work).map(|d| d.filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("op_"))).unwrap_or(false)
+}
+
+/// Lets the frozen consumers go on (SIGCONT) once the broker is back.
+async fn thaw(shared: &Shared) {
+    signal(shared, "CONT", &["transcoder", "webhook-dispatcher"]).await;
 }
 
 /// Holds the next webhook request at either proxy (at most 60 s), so the

@@ -11,6 +11,11 @@
 //!   dispatcher while one of its requests is held open at a proxy (so it dies
 //!   mid-attempt) — each restarted;
 //! * a restart of RabbitMQ and of PostgreSQL (the private ones);
+//! * the platform's RabbitMQ node losing its state (stop_app, reset,
+//!   start_app) while jobs and events are in flight: PostgreSQL heals it (the
+//!   api re-drives `pending` jobs, the dispatcher reconciles events into
+//!   deliveries, issue 24). The receivers' queues are on a node of their
+//!   own (they stand for customers), so the reset touches only ours;
 //! * receiver A down (process killed, port closed) for a while;
 //! * receiver B answering `500` (at its proxy) for a while.
 //!

@@ -33,6 +33,8 @@ pub(crate) struct Report {
     pub(crate) lost: i64,
     pub(crate) max_delivery_secs: f64,
     pub(crate) requests: BTreeMap<&'static str, usize>,
+    /// What PostgreSQL healed (issue 24): jobs re-driven, events reconciled.
+    pub(crate) healed: String,
 }
 
 impl Report {
@@ -81,6 +83,7 @@ impl Report {
         );
         println!("dup. effects    {}   (must be 0)", self.dup_effects);
         println!("lost events     {}   (must be 0)", self.lost);
+        println!("healed          {}", self.healed);
         println!("slowest delivery {:.1} s from event to receipt; settled at {}", self.max_delivery_secs, fmt_t(settled));
         println!("wall time       {:.1} s ({:.1} min)", wall.as_secs_f64(), wall.as_secs_f64() / 60.0);
         println!("checks:");

@@ -15,8 +15,8 @@ use vid_core::EndpointId;
 use vid_e2e::{make_video, Stack};
 
 use crate::checks::{verify, Ctx};
-use crate::faults::{inject_all, FaultRecord};
-use crate::profile::{Args, Profile, LEASE_MS, RETRY_SCHEDULE};
+use crate::faults::{inject_all, Commands, FaultRecord};
+use crate::profile::{Args, Profile, HEALING, LEASE_MS, RETRY_SCHEDULE};
 use crate::proxy::Proxy;
 use crate::receiver::{record_pid, ReceiverProc};
 use crate::schedule::{print_schedule, schedule, FaultKind, Schedule};
@@ -116,18 +116,15 @@ fn make_clips(media: &Path, profile: &Profile) -> anyhow::Result<Vec<PathBuf>> {
 async fn start_stack(args: &Args, logs: &Path, pids: &Path) -> anyhow::Result<Stack> {
     let schedule_env = RETRY_SCHEDULE.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let lease = LEASE_MS.to_string();
-    let stack = Stack::start_on(
-        args.database_url.clone(),
-        logs.to_path_buf(),
-        &[
-            ("VID__AMQP__URL", &args.amqp_url),
-            ("VID__DISPATCHER__RETRY_SCHEDULE_SECONDS", &schedule_env),
-            ("VID__DISPATCHER__LEASE_MS", &lease),
-            ("VID__TELEMETRY__LEVEL", "info,lapin=warn,aws=warn"),
-            ("VID__TELEMETRY__FORMAT", "json"),
-        ],
-    )
-    .await;
+    let mut env = vec![
+        ("VID__AMQP__URL", args.amqp_url.as_str()),
+        ("VID__DISPATCHER__RETRY_SCHEDULE_SECONDS", &schedule_env),
+        ("VID__DISPATCHER__LEASE_MS", &lease),
+        ("VID__TELEMETRY__LEVEL", "info,lapin=warn,aws=warn"),
+        ("VID__TELEMETRY__FORMAT", "json"),
+    ];
+    env.extend_from_slice(HEALING);
+    let stack = Stack::start_on(args.database_url.clone(), logs.to_path_buf(), &env).await;
     for name in ["api", "transcoder", "webhook-dispatcher"] {
         if let Some(pid) = stack.pid(name) {
             record_pid(pids, pid);
@@ -172,7 +169,7 @@ async fn start_receivers(
             name: label,
             port,
             database_url: format!("{}/{db_name}_receiver_{name}", args.receiver_db_server),
-            amqp_url: args.amqp_url.clone(),
+            amqp_url: args.receiver_amqp_url.clone().unwrap_or_else(|| args.amqp_url.clone()),
             queue: format!("receivertest.{run_id}.{name}.events"),
             secret: ep.secret.clone(),
             log: logs.join(format!("receiver-{name}.log")),
@@ -228,9 +225,13 @@ fn spawn_injector(shared: &Arc<Shared>, sched: &Schedule, args: &Args) -> JoinHa
         (_, Some(why)) => Err(why.clone()),
         (None, None) => Err(format!("no {flag} given")),
     };
-    let restart_pg = command(&args.postgres_restart_cmd, &args.skip_postgres_restart, "--postgres-restart-cmd");
-    let restart_mq = command(&args.rabbitmq_restart_cmd, &args.skip_rabbitmq_restart, "--rabbitmq-restart-cmd");
-    tokio::spawn(async move { inject_all(shared, faults, restart_pg, restart_mq).await })
+    let cmds = Commands {
+        restart_pg: command(&args.postgres_restart_cmd, &args.skip_postgres_restart, "--postgres-restart-cmd"),
+        restart_mq: command(&args.rabbitmq_restart_cmd, &args.skip_rabbitmq_restart, "--rabbitmq-restart-cmd"),
+        reset_mq: command(&args.rabbitmq_reset_cmd, &args.skip_rabbitmq_reset, "--rabbitmq-reset-cmd"),
+        db: args.database_url.clone(),
+    };
+    tokio::spawn(async move { inject_all(shared, faults, cmds).await })
 }
 
 /// Bounded wait until every event reached both receivers and nothing is

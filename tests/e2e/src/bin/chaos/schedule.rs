@@ -16,6 +16,8 @@ pub(crate) enum FaultKind {
     KillTranscoder,
     KillDispatcher,
     RestartRabbitmq,
+    /// The platform's RabbitMQ node loses its state (stop_app, reset, start_app).
+    ResetRabbitmq,
     RestartPostgres,
     ReceiverDown,
     Receiver500,
@@ -23,11 +25,12 @@ pub(crate) enum FaultKind {
 
 impl FaultKind {
     /// Every kind of fault.
-    pub(crate) const ALL: [FaultKind; 7] = [
+    pub(crate) const ALL: [FaultKind; 8] = [
         FaultKind::KillApi,
         FaultKind::KillTranscoder,
         FaultKind::KillDispatcher,
         FaultKind::RestartRabbitmq,
+        FaultKind::ResetRabbitmq,
         FaultKind::RestartPostgres,
         FaultKind::ReceiverDown,
         FaultKind::Receiver500,
@@ -39,6 +42,7 @@ impl FaultKind {
             FaultKind::KillTranscoder => "SIGKILL transcoder mid-job, restart",
             FaultKind::KillDispatcher => "SIGKILL dispatcher mid-attempt, restart",
             FaultKind::RestartRabbitmq => "restart RabbitMQ",
+            FaultKind::ResetRabbitmq => "RabbitMQ loses its state (reset)",
             FaultKind::RestartPostgres => "restart PostgreSQL",
             FaultKind::ReceiverDown => "receiver A down",
             FaultKind::Receiver500 => "receiver B answers 500",
@@ -76,10 +80,16 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
     let load = p.load.as_secs_f64();
     let mut uploads: Vec<PlannedUpload> =
         (0..p.uploads).map(|_| PlannedUpload { at: Duration::from_secs_f64(rng.random_range(0.0..load * 0.8)), after: None }).collect();
-    // Point faults: a random order, one in each of five equal slots of [10 %, 95 %]
+    // Point faults: a random order, one in each of six equal slots of [10 %, 95 %]
     // of the load window, at a random moment of its slot; so they never overlap.
-    let mut kinds =
-        [FaultKind::KillApi, FaultKind::KillTranscoder, FaultKind::KillDispatcher, FaultKind::RestartRabbitmq, FaultKind::RestartPostgres];
+    let mut kinds = [
+        FaultKind::KillApi,
+        FaultKind::KillTranscoder,
+        FaultKind::KillDispatcher,
+        FaultKind::RestartRabbitmq,
+        FaultKind::ResetRabbitmq,
+        FaultKind::RestartPostgres,
+    ];
     kinds.shuffle(&mut rng);
     let (start, end) = (load * 0.10, load * 0.95);
     let slot = (end - start) / kinds.len() as f64;
@@ -91,7 +101,9 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
             // Kills: the service stays down this long. Restarts: the broker or
             // database stays stopped this long before it starts again.
             let length = match kind {
-                FaultKind::RestartPostgres | FaultKind::RestartRabbitmq => Duration::from_secs_f64(rng.random_range(1.0..5.0)),
+                FaultKind::RestartPostgres | FaultKind::RestartRabbitmq | FaultKind::ResetRabbitmq => {
+                    Duration::from_secs_f64(rng.random_range(1.0..5.0))
+                }
                 _ => Duration::from_secs_f64(rng.random_range(0.5..3.0)),
             };
             Planned { kind, at: Duration::from_secs_f64(at), length }
@@ -112,8 +124,9 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
     });
     // Work in flight for the faults that need it, even in a small run: one upload
     // 0.5–2 s after the start of each kill that waits for a job or an attempt
-    // (the fault is then already watching for it; a job lasts about a second),
-    // and one 1–2 s after the start of each receiver window.
+    // and of the reset, which waits for messages in flight (the fault is then
+    // already watching for it; a job lasts about a second), and one 1–2 s
+    // after the start of each receiver window.
     let pins: Vec<PlannedUpload> = faults
         .iter()
         .filter(|f| !matches!(f.kind, FaultKind::KillApi | FaultKind::RestartRabbitmq | FaultKind::RestartPostgres))
@@ -122,6 +135,13 @@ pub(crate) fn schedule(seed: u64, p: &Profile) -> Schedule {
             PlannedUpload { at: f.at + delay, after: Some((f.kind, delay)) }
         })
         .collect();
+    // The reset's second upload: its job must wait in the queue once the
+    // transcoder is frozen (after the first upload's job is done).
+    let mut pins = pins;
+    if let Some(reset) = faults.iter().find(|f| f.kind == FaultKind::ResetRabbitmq) {
+        let delay = Duration::from_secs_f64(rng.random_range(6.0..9.0));
+        pins.push(PlannedUpload { at: reset.at + delay, after: Some((FaultKind::ResetRabbitmq, delay)) });
+    }
     for (k, pin) in pins.into_iter().enumerate() {
         if let Some(u) = uploads.get_mut(k) {
             *u = pin;
@@ -140,7 +160,8 @@ pub(crate) fn print_schedule(s: &Schedule, args: &Args) {
             FaultKind::ReceiverDown | FaultKind::Receiver500 => line.push_str(&format!(" for {:.0} s", f.length.as_secs_f64())),
             FaultKind::RestartPostgres if args.skip_postgres_restart.is_some() => line.push_str(" (will be skipped)"),
             FaultKind::RestartRabbitmq if args.skip_rabbitmq_restart.is_some() => line.push_str(" (will be skipped)"),
-            FaultKind::RestartPostgres | FaultKind::RestartRabbitmq => {
+            FaultKind::ResetRabbitmq if args.skip_rabbitmq_reset.is_some() => line.push_str(" (will be skipped)"),
+            FaultKind::RestartPostgres | FaultKind::RestartRabbitmq | FaultKind::ResetRabbitmq => {
                 line.push_str(&format!(" (stopped {:.1} s)", f.length.as_secs_f64()))
             }
             _ => line.push_str(&format!(" (down {:.1} s)", f.length.as_secs_f64())),
