@@ -15,18 +15,25 @@
 //! - every change of an operation (status, progress, phase, scan) bumps its
 //!   `revision` and notifies `operation_changed` in the same transaction
 //!   ([`crate::watch`]);
-//! - **the latest `Started` wins** (issue 24): a transcoder report carries the
-//!   run that sent it ([`apply_report`]). `Started` from run R on an open
-//!   operation makes R its owner (`operations.run_id`) and, if run R0 owned
-//!   it, queues `CancelTranscode{run_id: R0}` (a duplicate copy of the job, or
-//!   a dead worker's run). `Started` on a terminal operation queues
-//!   `CancelTranscode{run_id: R}` (a late duplicate stops early: one
-//!   transcode, one `video.ready`). Every other report of a run that is not
-//!   the owner is ignored ([`Applied::NotOwner`]); outputs are never deleted
-//!   for it (a duplicate writes the same keys, whole);
+//! - **run ownership** (issue 24): a transcoder report carries the run that
+//!   sent it and its job attempt ([`apply_report`], [`Sender`]). `Started`
+//!   from run R on an open operation makes R its owner (`operations.run_id`,
+//!   `owner_attempt`) and, if run R0 owned it, queues
+//!   `CancelTranscode{run_id: R0}` — unless R0 is of another attempt and its
+//!   heartbeat is fresh (a re-driven copy must not restart a healthy run):
+//!   then R alone is cancelled. A run of the same attempt (crash redelivery,
+//!   shutdown hand-back) or any run against a silent owner takes over.
+//!   `Started` on a terminal operation queues `CancelTranscode{run_id: R}`.
+//!   While an open operation has no owner, the first run to report anything
+//!   takes it. Every other report of a run that is not the owner is ignored
+//!   ([`Applied::NotOwner`]); outputs are never deleted for it;
 //! - a job is re-published ([`Transition::Redrive`]) or the operation failed
 //!   `job_lost` ([`Transition::JobLost`]) only while it is `pending` with the
-//!   `job_attempt` the janitor read: of replicas racing, one wins.
+//!   `job_attempt` the janitor read; a silent `running` one is re-published
+//!   ([`Transition::RedriveSilent`]) only while still `running`, silent, at
+//!   that `job_attempt`: of replicas racing, one wins;
+//! - a dead-lettered copy fails the operation ([`Transition::DeadLetter`])
+//!   only if it is the current attempt and no run of another attempt is alive.
 
 use chrono::{DateTime, Utc};
 use diesel::QueryResult;
