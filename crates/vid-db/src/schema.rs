@@ -77,6 +77,7 @@ diesel::table! {
         run_id -> Nullable<Text>,
         job_attempt -> Int4,
         job_published_at -> Timestamptz,
+        owner_attempt -> Nullable<Int4>,
     }
 }
 

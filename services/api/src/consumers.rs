@@ -146,7 +146,12 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ReportKind::Failed { error, source } => Transition::Finish(Outcome::Failed { error: error.clone(), source: source.clone() }),
     };
     let mut conn = state.db.get().await?;
-    let applied = operation::apply_report(&mut conn, &state.outbox, &report.operation_id, &report.run_id, transition).await?;
+    let sender = operation::Sender {
+        run: report.run_id.clone(),
+        attempt: i32::try_from(report.attempt).unwrap_or(i32::MAX),
+        fresh_since: fresh_since(state),
+    };
+    let applied = operation::apply_report(&mut conn, &state.outbox, &report.operation_id, sender, transition).await?;
     drop(conn);
     if let (ReportKind::Succeeded { renditions, poster, .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
         // Cancel won the race: the outputs must not outlive it.
@@ -187,8 +192,19 @@ async fn fail_dead_job(state: &AppState, job: &TranscodeJob) -> anyhow::Result<(
         vid_infra::amqp::TRANSCODE_DELIVERY_LIMIT
     ));
     let mut conn = state.db.get().await?;
-    let failed = Transition::Finish(Outcome::Failed { error, source: None });
-    let applied = operation::apply(&mut conn, &state.outbox, &job.operation_id, failed).await?;
-    tracing::warn!(operation_id = %job.operation_id, ?applied, "dead-lettered transcode job: operation failed");
+    let attempt = i32::try_from(job.attempt).unwrap_or(i32::MAX);
+    let dead = Transition::DeadLetter { attempt, fresh_since: fresh_since(state), error };
+    let applied = operation::apply(&mut conn, &state.outbox, &job.operation_id, dead).await?;
+    if applied == Applied::Ignored {
+        tracing::info!(operation_id = %job.operation_id, attempt, "dead-lettered copy ignored: superseded, or another run is alive");
+    } else {
+        tracing::warn!(operation_id = %job.operation_id, attempt, ?applied, "dead-lettered transcode job: operation failed");
+    }
     Ok(())
+}
+
+/// Now minus `operations.heartbeat_timeout_seconds`: an owner with a report
+/// at or after it is alive.
+fn fresh_since(state: &AppState) -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() - chrono::Duration::seconds(state.settings.operations.heartbeat_timeout_seconds as i64)
 }

@@ -50,20 +50,53 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
     }
     expired += expire_stuck_completing(state, &mut conn, now).await?;
 
-    let timeout = state.settings.operations.heartbeat_timeout_seconds;
-    let silent = operations::silent_since(&mut conn, now - chrono::Duration::seconds(timeout as i64), 100).await?;
-    let mut failed = 0;
-    for id in silent {
-        let error = codes::WORKER_LOST.problem().with_detail(format!("no report from the transcoder for {timeout} s"));
-        let lost = Transition::Finish(Outcome::Failed { error, source: None });
-        if operation::apply(&mut conn, &state.outbox, &id, lost).await? == Applied::Changed {
-            failed += 1;
-        }
-    }
+    let failed = silent(state, &mut conn, now).await?.lost;
     redrive(state, &mut conn, now).await?;
     drop(conn);
     crate::idempotency::purge_expired(&state.db).await?;
     Ok((expired, failed))
+}
+
+/// What one [`silent`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Silent {
+    /// Jobs of silent `running` operations published again (`jobs_redriven_total`).
+    pub redriven: usize,
+    /// Operations failed `worker_lost` (re-drives used up).
+    pub lost: usize,
+}
+
+/// Heals `running` operations whose last report is older than
+/// `operations.heartbeat_timeout_seconds` at `now` (the run died, and after a
+/// broker reset nothing re-delivers its job): while fewer than
+/// `operations.max_redrives` re-drives were made, the job is published again
+/// ([`Transition::RedriveSilent`]: owner dropped, heartbeat reset to `now`,
+/// status stays `running`, progress kept); after that the operation fails
+/// `worker_lost`. At most 100 per pass.
+pub async fn silent(state: &AppState, conn: &mut crate::store::Conn, now: chrono::DateTime<Utc>) -> anyhow::Result<Silent> {
+    let o = &state.settings.operations;
+    let timeout = o.heartbeat_timeout_seconds;
+    let silent_before = now - chrono::Duration::seconds(timeout as i64);
+    let max_attempt = i32::try_from(o.max_redrives).unwrap_or(i32::MAX - 1) + 1;
+    let mut done = Silent::default();
+    for (id, seen) in operations::silent_since(conn, silent_before, 100).await? {
+        if seen < max_attempt {
+            let transition = Transition::RedriveSilent { seen, silent_before, now };
+            if operation::apply(conn, &state.outbox, &id, transition).await? == Applied::Changed {
+                tracing::warn!(operation_id = %id, attempt = seen + 1, "running but silent: transcode job re-driven");
+                vid_infra::metrics::counter!("jobs_redriven_total").increment(1);
+                done.redriven += 1;
+            }
+            continue;
+        }
+        let error =
+            codes::WORKER_LOST.problem().with_detail(format!("no report from the transcoder for {timeout} s after {} re-drives", seen - 1));
+        let lost = Transition::Finish(Outcome::Failed { error, source: None });
+        if operation::apply(conn, &state.outbox, &id, lost).await? == Applied::Changed {
+            done.lost += 1;
+        }
+    }
+    Ok(done)
 }
 
 /// What one [`redrive`] pass did.

@@ -15,19 +15,27 @@
 //! - every change of an operation (status, progress, phase, scan) bumps its
 //!   `revision` and notifies `operation_changed` in the same transaction
 //!   ([`crate::watch`]);
-//! - **the latest `Started` wins** (issue 24): a transcoder report carries the
-//!   run that sent it ([`apply_report`]). `Started` from run R on an open
-//!   operation makes R its owner (`operations.run_id`) and, if run R0 owned
-//!   it, queues `CancelTranscode{run_id: R0}` (a duplicate copy of the job, or
-//!   a dead worker's run). `Started` on a terminal operation queues
-//!   `CancelTranscode{run_id: R}` (a late duplicate stops early: one
-//!   transcode, one `video.ready`). Every other report of a run that is not
-//!   the owner is ignored ([`Applied::NotOwner`]); outputs are never deleted
-//!   for it (a duplicate writes the same keys, whole);
+//! - **run ownership** (issue 24): a transcoder report carries the run that
+//!   sent it and its job attempt ([`apply_report`], [`Sender`]). `Started`
+//!   from run R on an open operation makes R its owner (`operations.run_id`,
+//!   `owner_attempt`) and, if run R0 owned it, queues
+//!   `CancelTranscode{run_id: R0}` — unless R0 is of another attempt and its
+//!   heartbeat is fresh (a re-driven copy must not restart a healthy run):
+//!   then R alone is cancelled. A run of the same attempt (crash redelivery,
+//!   shutdown hand-back) or any run against a silent owner takes over.
+//!   `Started` on a terminal operation queues `CancelTranscode{run_id: R}`.
+//!   While an open operation has no owner, the first run to report anything
+//!   takes it. Every other report of a run that is not the owner is ignored
+//!   ([`Applied::NotOwner`]); outputs are never deleted for it;
 //! - a job is re-published ([`Transition::Redrive`]) or the operation failed
 //!   `job_lost` ([`Transition::JobLost`]) only while it is `pending` with the
-//!   `job_attempt` the janitor read: of replicas racing, one wins.
+//!   `job_attempt` the janitor read; a silent `running` one is re-published
+//!   ([`Transition::RedriveSilent`]) only while still `running`, silent, at
+//!   that `job_attempt`: of replicas racing, one wins;
+//! - a dead-lettered copy fails the operation ([`Transition::DeadLetter`])
+//!   only if it is the current attempt and no run of another attempt is alive.
 
+use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use vid_core::event::{EventData, EventType, VideoEventData};
@@ -64,6 +72,31 @@ pub enum Transition {
     Redrive {
         /// The `job_attempt` the janitor read.
         seen: i32,
+    },
+    /// Publish the job of a silent `running` operation again (attempt + 1),
+    /// if still `running` at `job_attempt == seen` with its last report
+    /// before `silent_before`: the owner is dropped (`run_id` NULL, the next
+    /// run to report takes it) and `heartbeat_at` reset to `now`; the status
+    /// stays `running` and the progress is kept.
+    RedriveSilent {
+        /// The `job_attempt` the janitor read.
+        seen: i32,
+        /// Now minus `operations.heartbeat_timeout_seconds`.
+        silent_before: DateTime<Utc>,
+        /// The janitor pass's clock (the new `heartbeat_at`).
+        now: DateTime<Utc>,
+    },
+    /// The broker dead-lettered a copy of the job (attempt `attempt`): fail
+    /// the operation with `error`, unless that copy is superseded (`attempt`
+    /// below `job_attempt`) or a run of another attempt owns the operation
+    /// with a report at or after `fresh_since`.
+    DeadLetter {
+        /// `TranscodeJob.attempt` of the dead copy.
+        attempt: i32,
+        /// Now minus `operations.heartbeat_timeout_seconds`.
+        fresh_since: DateTime<Utc>,
+        /// The problem to show (`transcode_retries_exhausted`).
+        error: Problem,
     },
     /// Fail the operation with `error` (`job_lost`), if still `pending` at `job_attempt == seen`.
     JobLost {
@@ -118,30 +151,55 @@ pub async fn apply(conn: &mut Conn, outbox: &Outbox, id: &OperationId, transitio
     apply_as(conn, outbox, id, None, transition).await
 }
 
-/// Applies a transcoder report's `transition`, sent by run `run`
-/// (`TranscodeReport.run_id`; `""` from older transcoders): `Started` takes
-/// ownership, any other report of a run that is not the owner is
-/// [`Applied::NotOwner`]. Errors as [`apply`].
-pub async fn apply_report(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: &str, transition: Transition) -> QueryResult<Applied> {
-    apply_as(conn, outbox, id, Some(run.to_owned()), transition).await
+/// The transcoder run that sent a report.
+#[derive(Debug, Clone)]
+pub struct Sender {
+    /// `TranscodeReport.run_id` (`""` from older transcoders: the run `""`).
+    pub run: String,
+    /// `TranscodeReport.attempt` (the job's `attempt`; 1 from older transcoders).
+    pub attempt: i32,
+    /// Now minus `operations.heartbeat_timeout_seconds`: an owner whose last
+    /// report is at or after it is alive.
+    pub fresh_since: DateTime<Utc>,
 }
 
-async fn apply_as(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: Option<String>, transition: Transition) -> QueryResult<Applied> {
+/// Applies a transcoder report's `transition`, sent by `sender`: `Started`
+/// takes ownership (see [`started`]); while the operation is open and has no
+/// owner, the first run to report anything takes it; any other report of a
+/// run that is not the owner is [`Applied::NotOwner`]. Errors as [`apply`].
+pub async fn apply_report(
+    conn: &mut Conn,
+    outbox: &Outbox,
+    id: &OperationId,
+    sender: Sender,
+    transition: Transition,
+) -> QueryResult<Applied> {
+    apply_as(conn, outbox, id, Some(sender), transition).await
+}
+
+async fn apply_as(
+    conn: &mut Conn,
+    outbox: &Outbox,
+    id: &OperationId,
+    sender: Option<Sender>,
+    transition: Transition,
+) -> QueryResult<Applied> {
     let id = id.clone();
     outbox
         .transaction(conn, move |conn, staged| {
             async move {
                 let Some(row) = ops::lock(conn, &id).await? else { return Ok(Applied::Ignored) };
-                let op = Locked { id: &id, status: row.status, video: row.video, tenant: row.tenant, staged, run };
-                if let Some(run) = op.run.as_deref() {
-                    let owner = row.run_id.as_deref() == Some(run);
+                let run = sender.as_ref().map(|s| s.run.clone());
+                let op = Locked { id: &id, status: row.status, video: row.video.clone(), tenant: row.tenant.clone(), staged, run };
+                if let Some(sender) = &sender {
                     if let Transition::Started = transition {
-                        return started(conn, &op, run, row.run_id.as_deref()).await;
+                        return started(conn, &op, sender, &row).await;
                     }
-                    // A cancelled operation's busy worker is told again, whoever owns it.
-                    let busy_on_cancelled = op.status == OperationStatus::Cancelled && matches!(transition, Transition::Progress { .. });
-                    if !owner && !busy_on_cancelled {
-                        return Ok(Applied::NotOwner);
+                    if !owns(conn, &op, sender, &row).await? {
+                        // A cancelled operation's busy worker is told again, whoever owns it.
+                        if !(op.status == OperationStatus::Cancelled && matches!(transition, Transition::Progress { .. })) {
+                            return Ok(Applied::NotOwner);
+                        }
                     }
                 }
                 match transition {
@@ -151,12 +209,28 @@ async fn apply_as(conn: &mut Conn, outbox: &Outbox, id: &OperationId, run: Optio
                     Transition::Finish(outcome) => finish(conn, &op, outcome).await,
                     Transition::Cancel => cancel(conn, &op).await,
                     Transition::Redrive { seen } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
-                        redrive(conn, &op).await
+                        redrive(conn, &op, None).await
                     }
                     Transition::JobLost { seen, error } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
                         finish(conn, &op, Outcome::Failed { error, source: None }).await
                     }
-                    Transition::Redrive { .. } | Transition::JobLost { .. } => Ok(Applied::Ignored),
+                    Transition::RedriveSilent { seen, silent_before, now }
+                        if op.status == OperationStatus::Running
+                            && row.job_attempt == seen
+                            && row.heartbeat_at.is_some_and(|t| t < silent_before) =>
+                    {
+                        redrive(conn, &op, Some(now)).await
+                    }
+                    Transition::DeadLetter { attempt, fresh_since, error } => {
+                        let superseded = attempt < row.job_attempt;
+                        let fresh = row.heartbeat_at.is_some_and(|t| t >= fresh_since);
+                        let other_alive = row.run_id.is_some() && fresh && row.owner_attempt != Some(attempt);
+                        if superseded || other_alive {
+                            return Ok(Applied::Ignored);
+                        }
+                        finish(conn, &op, Outcome::Failed { error, source: None }).await
+                    }
+                    Transition::Redrive { .. } | Transition::JobLost { .. } | Transition::RedriveSilent { .. } => Ok(Applied::Ignored),
                 }
             }
             .scope_boxed()
@@ -272,30 +346,62 @@ async fn cancel(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
     Ok(Applied::Changed)
 }
 
-/// `Started` from `run`: on a terminal operation, a targeted cancel of `run`
-/// ([`Applied::AlreadyTerminal`]); on an open one, `run` becomes the owner
-/// (a previous owner `before` gets a targeted cancel) and the report counts
-/// as a heartbeat at 0 %.
-async fn started(conn: &mut Conn, op: &Locked<'_>, run: &str, before: Option<&str>) -> QueryResult<Applied> {
+/// Whether `sender` owns the open or terminal operation `op` for a report
+/// other than `Started`: it is the owner, or the operation is open without
+/// an owner (an operation from before issue 24, or re-driven while silent, or
+/// a report overtaking its `Started`): then it takes ownership here.
+async fn owns(conn: &mut Conn, op: &Locked<'_>, sender: &Sender, row: &ops::LockedRow) -> QueryResult<bool> {
+    match row.run_id.as_deref() {
+        Some(owner) => Ok(owner == sender.run),
+        None if !op.status.is_terminal() => {
+            tracing::info!(operation_id = %op.id, run = %sender.run, "a run reported on an operation without owner: it takes ownership");
+            ops::set_owner(conn, op.id, &sender.run, Some(sender.attempt)).await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// `Started` from `sender`: on a terminal operation, a targeted cancel of its
+/// run ([`Applied::AlreadyTerminal`]). On an open one its run becomes the
+/// owner (a previous owner gets a targeted cancel) and the report counts as
+/// a heartbeat at 0 % — unless the owner is alive (last report at or after
+/// `fresh_since`) and of another job attempt (a re-driven copy must not
+/// restart a healthy run): then the newcomer gets the targeted cancel
+/// ([`Applied::NotOwner`]). A run of the same attempt (a crash redelivery, a
+/// shutdown hand-back; an owner of unknown attempt counts as the same) takes
+/// over at once.
+async fn started(conn: &mut Conn, op: &Locked<'_>, sender: &Sender, row: &ops::LockedRow) -> QueryResult<Applied> {
+    let run = sender.run.as_str();
     if op.status.is_terminal() {
         op.staged.cancel_transcode(conn, op.id, Some(run)).await?;
         return Ok(Applied::AlreadyTerminal(op.status));
     }
-    if before != Some(run) {
-        if let Some(previous) = before {
-            tracing::info!(operation_id = %op.id, previous, run, "a newer run started: cancelling the previous owner");
-            op.staged.cancel_transcode(conn, op.id, Some(previous)).await?;
+    match row.run_id.as_deref() {
+        Some(owner) if owner == run => {}
+        Some(owner) => {
+            let other_attempt = row.owner_attempt.is_some_and(|a| a != sender.attempt);
+            let alive = row.heartbeat_at.is_some_and(|t| t >= sender.fresh_since);
+            if other_attempt && alive {
+                tracing::info!(operation_id = %op.id, owner, run, attempt = sender.attempt, "a copy of another attempt started while the owner runs: cancelling the copy");
+                op.staged.cancel_transcode(conn, op.id, Some(run)).await?;
+                return Ok(Applied::NotOwner);
+            }
+            tracing::info!(operation_id = %op.id, previous = owner, run, "a newer run started: cancelling the previous owner");
+            op.staged.cancel_transcode(conn, op.id, Some(owner)).await?;
+            ops::set_owner(conn, op.id, run, Some(sender.attempt)).await?;
         }
-        ops::set_owner(conn, op.id, run).await?;
+        None => ops::set_owner(conn, op.id, run, Some(sender.attempt)).await?,
     }
     progress(conn, op, None, 0).await
 }
 
 /// Publishes the job again through the outbox with the next attempt number
-/// (`job_attempt + 1`, `job_published_at = now()`); not a visible change of
-/// the operation (no revision bump).
-async fn redrive(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
-    let attempt = ops::set_republished(conn, op.id).await?;
+/// (`job_attempt + 1`, `job_published_at = now()`; with `heartbeat`, a silent
+/// running operation: owner dropped, `heartbeat_at` reset to it); not a
+/// visible change of the operation (no revision bump).
+async fn redrive(conn: &mut Conn, op: &Locked<'_>, heartbeat: Option<DateTime<Utc>>) -> QueryResult<Applied> {
+    let attempt = ops::set_republished(conn, op.id, heartbeat).await?;
     let (video, tenant, source_key, size) = ops::job_source(conn, op.id).await?;
     let job = super::transcode_job(op.id, &video, &tenant, source_key, size, attempt);
     op.staged.transcode_job(conn, &job).await?;

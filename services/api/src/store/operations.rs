@@ -113,6 +113,10 @@ pub struct LockedRow {
     pub run_id: Option<String>,
     /// How many times its job was published (1 at `complete`, +1 per re-drive).
     pub job_attempt: i32,
+    /// The job attempt of the owning run (`None`: no owner, or one from before it was recorded).
+    pub owner_attempt: Option<i32>,
+    /// The last accepted report (`None` before one).
+    pub heartbeat_at: Option<DateTime<Utc>>,
 }
 
 /// Locks an operation's row (`FOR UPDATE`) for a transition; `None` if there is none.
@@ -120,25 +124,55 @@ pub async fn lock(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<Locke
     operations::table
         .filter(operations::id.eq(id))
         .for_update()
-        .select((operations::status, operations::video_id, operations::tenant_id, operations::run_id, operations::job_attempt))
+        .select((
+            operations::status,
+            operations::video_id,
+            operations::tenant_id,
+            operations::run_id,
+            operations::job_attempt,
+            operations::owner_attempt,
+            operations::heartbeat_at,
+        ))
         .first(conn)
         .await
         .optional()
 }
 
-/// Makes `run` the owner of the operation (the run whose reports count).
-pub async fn set_owner(conn: &mut Conn, id: &OperationId, run: &str) -> QueryResult<()> {
-    diesel::update(operations::table.filter(operations::id.eq(id))).set(operations::run_id.eq(run)).execute(conn).await.map(|_| ())
+/// Makes `run` (of job attempt `attempt`; `None`: unknown) the owner of the
+/// operation (the run whose reports count).
+pub async fn set_owner(conn: &mut Conn, id: &OperationId, run: &str, attempt: Option<i32>) -> QueryResult<()> {
+    diesel::update(operations::table.filter(operations::id.eq(id)))
+        .set((operations::run_id.eq(run), operations::owner_attempt.eq(attempt)))
+        .execute(conn)
+        .await
+        .map(|_| ())
 }
 
 /// Records one more publication of the job: `job_attempt + 1`,
-/// `job_published_at = now()`; returns the new attempt.
-pub async fn set_republished(conn: &mut Conn, id: &OperationId) -> QueryResult<i32> {
-    diesel::update(operations::table.filter(operations::id.eq(id)))
-        .set((operations::job_attempt.eq(operations::job_attempt + 1), operations::job_published_at.eq(diesel::dsl::now)))
-        .returning(operations::job_attempt)
-        .get_result(conn)
-        .await
+/// `job_published_at = now()`; returns the new attempt. With
+/// `heartbeat = Some(t)` (a silent `running` operation) it also drops the
+/// owner (`run_id`, `owner_attempt` NULL) and resets `heartbeat_at` to `t`.
+pub async fn set_republished(conn: &mut Conn, id: &OperationId, heartbeat: Option<DateTime<Utc>>) -> QueryResult<i32> {
+    let row = operations::table.filter(operations::id.eq(id));
+    let bump = (operations::job_attempt.eq(operations::job_attempt + 1), operations::job_published_at.eq(diesel::dsl::now));
+    match heartbeat {
+        None => diesel::update(row).set(bump).returning(operations::job_attempt).get_result(conn).await,
+        Some(t) => {
+            let none: Option<String> = None;
+            let no_attempt: Option<i32> = None;
+            diesel::update(row)
+                .set((
+                    bump.0,
+                    bump.1,
+                    operations::run_id.eq(none),
+                    operations::owner_attempt.eq(no_attempt),
+                    operations::heartbeat_at.eq(t),
+                ))
+                .returning(operations::job_attempt)
+                .get_result(conn)
+                .await
+        }
+    }
 }
 
 /// What a transcode job of an operation is built from: video, tenant, the
@@ -281,12 +315,13 @@ pub async fn set_ended(conn: &mut Conn, id: &OperationId, status: OperationStatu
     .optional()
 }
 
-/// Operations `running` whose last report is older than `cutoff` (at most `limit`).
-pub async fn silent_since(conn: &mut Conn, cutoff: DateTime<Utc>, limit: i64) -> QueryResult<Vec<OperationId>> {
+/// Operations `running` whose last report is older than `cutoff` (at most
+/// `limit`), with their `job_attempt` when read.
+pub async fn silent_since(conn: &mut Conn, cutoff: DateTime<Utc>, limit: i64) -> QueryResult<Vec<(OperationId, i32)>> {
     operations::table
         .filter(operations::status.eq(OperationStatus::Running))
         .filter(operations::heartbeat_at.lt(cutoff))
-        .select(operations::id)
+        .select((operations::id, operations::job_attempt))
         .limit(limit)
         .load(conn)
         .await
