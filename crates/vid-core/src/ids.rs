@@ -174,6 +174,12 @@ prefixed_id!(
     /// One HTTP try of a delivery. `att_…`
     AttemptId, "att_"
 );
+prefixed_id!(
+    /// A playback ID: how a ready video is played (`/play/pb_….m3u8`), never
+    /// through storage URLs. A `public` one is itself the capability; a
+    /// `signed` one also needs a JWT (issue 20). `pb_…`
+    PlaybackId, "pb_"
+);
 
 #[cfg(test)]
 mod tests {

@@ -23,6 +23,7 @@ pub mod ids;
 pub mod messages;
 pub mod operation;
 pub mod page;
+pub mod playback;
 pub mod problem;
 pub mod upload;
 pub mod video;

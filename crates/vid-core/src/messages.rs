@@ -39,21 +39,26 @@ pub struct TranscodeJob {
     pub mp4_support: Mp4Support,
 }
 
-/// [`TranscodeJob::mp4_support`]: `"standard"` (static MP4 renditions, the
-/// default) or `"none"` (the adaptive stream only).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mp4Support {
-    /// One H.264/AAC MP4 per rung (`+faststart`), from the stream's packets.
-    #[default]
-    Standard,
-    /// No MP4 renditions.
-    None,
+text_state! {
+    /// [`TranscodeJob::mp4_support`] and `POST /uploads`' `mp4_support`:
+    /// `"standard"` (static MP4 renditions, the default) or `"none"` (the
+    /// adaptive stream only). Mux's name and spellings.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum Mp4Support {
+        /// One H.264/AAC MP4 per rung (`+faststart`), from the stream's packets.
+        #[default]
+        Standard = "standard",
+        /// No MP4 renditions.
+        None = "none",
+    }
 }
 
 /// The adaptive stream a transcode packaged (issue 19): CMAF objects, one per
 /// segment, and their manifests, all under `prefix`. Every URI inside the
 /// manifests is relative, so the stream can be served under any stable URL.
+/// The api stores it as `videos.stream` (JSON); the playback service reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamOutputs {
     /// Key prefix of every object of the stream, ending in `/`
@@ -132,8 +137,9 @@ pub enum ReportKind {
         renditions: Vec<Rendition>,
         /// Poster image.
         poster: Option<Poster>,
-        /// The adaptive stream (HLS + DASH over CMAF). Absent from older
-        /// transcoders' reports; the api ignores it for now.
+        /// The adaptive stream (HLS + DASH over CMAF), stored by the api as
+        /// `videos.stream`. Absent from older transcoders' reports: such a
+        /// video has no stream and its playback URLs answer 404.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         stream: Option<StreamOutputs>,
     },

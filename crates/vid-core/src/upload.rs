@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::{OperationId, UploadId, VideoId};
 
 /// `POST /uploads` request body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateUpload {
@@ -31,6 +31,17 @@ pub struct CreateUpload {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(example = "clip.mp4"))]
     pub filename: Option<String>,
+    /// The playback IDs the video gets when it becomes ready, one per entry
+    /// (Mux's `playback_policy`). Absent: `["public"]`. `[]`: none (add one
+    /// later with `POST /videos/{id}/playback-ids`). A repeated policy gives
+    /// one id. Unknown values: `400 invalid_json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = json!(["public"])))]
+    pub playback_policy: Option<Vec<crate::playback::PlaybackPolicy>>,
+    /// Whether static MP4 renditions are made besides the adaptive stream
+    /// (Mux's `mp4_support`). Absent: `standard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mp4_support: Option<crate::messages::Mp4Support>,
 }
 
 text_state! {

@@ -112,6 +112,13 @@ pub struct Video {
     pub renditions: Vec<Rendition>,
     /// The poster, once ready.
     pub poster: Option<Poster>,
+    /// Whether `renditions` (static MP4s) are made: `standard` or `none`.
+    #[serde(default)]
+    pub mp4_support: crate::messages::Mp4Support,
+    /// The video's playback IDs with their stable HLS and DASH URLs; empty
+    /// until the video is ready (and when every id was removed).
+    #[serde(default)]
+    pub playback_ids: Vec<crate::playback::PlaybackIdView>,
     /// RFC 3339.
     pub created_at: DateTime<Utc>,
     /// RFC 3339.
@@ -154,6 +161,8 @@ mod tests {
                 url_expires_at: None,
             }],
             poster: None,
+            mp4_support: Default::default(),
+            playback_ids: vec![],
             created_at: Utc::now(),
             updated_at: Utc::now(),
         };

@@ -37,6 +37,8 @@ diesel::table! {
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
         expires_at -> Timestamptz,
+        playback_policy -> Array<Text>,
+        mp4_support -> Text,
     }
 }
 
@@ -56,6 +58,9 @@ diesel::table! {
         poster -> Nullable<Jsonb>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        playback_policy -> Array<Text>,
+        mp4_support -> Text,
+        stream -> Nullable<Jsonb>,
     }
 }
 
@@ -178,7 +183,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    playback_ids (id) {
+        id -> Text,
+        tenant_id -> Text,
+        video_id -> Text,
+        policy -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(api_keys -> tenants (tenant_id));
+diesel::joinable!(playback_ids -> videos (video_id));
 diesel::joinable!(operations -> videos (video_id));
 diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
@@ -188,6 +204,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_keys,
     uploads,
     videos,
+    playback_ids,
     operations,
     events,
     outbox,
