@@ -6,6 +6,8 @@
 //! and builds its settings with [`settings`] — which never mutates the process
 //! environment, so tests can run in parallel threads.
 
+pub mod stream;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 

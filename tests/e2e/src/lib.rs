@@ -215,16 +215,8 @@ impl Receiver {
     }
 }
 
-/// Runs `ffprobe` on a file; returns its JSON (`-show_streams -show_format`).
-pub fn ffprobe(path: &Path) -> serde_json::Value {
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-print_format", "json", "-show_streams", "-show_format"])
-        .arg(path)
-        .output()
-        .expect("ffprobe runs");
-    assert!(out.status.success(), "ffprobe failed on {}", path.display());
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+/// `ffprobe -show_streams -show_format` as JSON (of a file or a URL).
+pub use vid_testkit::stream::ffprobe;
 
 /// Makes a real H.264/AAC MP4 with the ffmpeg CLI (test pattern + tone).
 pub fn make_video(path: &Path, width: u32, height: u32, seconds: f32, video_bitrate: &str) {

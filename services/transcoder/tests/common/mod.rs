@@ -19,16 +19,8 @@ pub fn ffmpeg(args: &[&str]) {
     assert!(out.status.success(), "ffmpeg {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// `ffprobe -show_streams -show_format` as JSON.
-pub fn ffprobe(path: &Path) -> serde_json::Value {
-    let out = Command::new("ffprobe")
-        .args(["-v", "error", "-print_format", "json", "-show_streams", "-show_format"])
-        .arg(path)
-        .output()
-        .expect("ffprobe runs");
-    assert!(out.status.success(), "ffprobe {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+/// `ffprobe -show_streams -show_format` as JSON (of a file or a URL).
+pub use vid_testkit::stream::ffprobe;
 
 /// The top-level MP4 atoms in file order.
 pub fn top_level_atoms(path: &Path) -> Vec<String> {

@@ -2,7 +2,8 @@
 
 Usage: python3 stream_check.py <stream dir>
 HLS: the `m3u8` package (PyPI); DASH: the `mpegdash` package (PyPI). Used by
-services/transcoder/tests/stream.rs; needs `pip install m3u8 mpegdash`.
+vid_testkit::stream (the transcoder's packaging tests and the end-to-end
+playback tests); needs `pip install m3u8 mpegdash`.
 """
 import json
 import os

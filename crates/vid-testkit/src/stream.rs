@@ -1,0 +1,229 @@
+//! Checks of a packaged adaptive stream (issue 19) against independent tools,
+//! shared by the transcoder's packaging tests and the end-to-end playback
+//! tests: the manifests are read with `m3u8` and `mpegdash` from PyPI (through
+//! `support/stream_check.py`), the segments' frames with ffprobe.
+//!
+//! A stream directory holds `master.m3u8`, `manifest.mpd` and the tracks that
+//! their URIs name, relative to the directory (as the transcoder writes it, or
+//! as a test downloaded it from the playback service). What is checked, for
+//! every rung: `CODECS`, `RESOLUTION`, VOD media playlists with `EXT-X-MAP`;
+//! every segment decodes on its own from a keyframe and holds no other; the
+//! segment boundaries are the same instants in every rung; the summed segment
+//! durations match the source within one frame; the DASH timeline is the HLS
+//! one over the same objects.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// `ffprobe -show_streams -show_format` of `path` (a file or a URL) as JSON.
+/// Panics with ffprobe's message when it fails.
+pub fn ffprobe(path: impl AsRef<std::ffi::OsStr>) -> Value {
+    let path = path.as_ref();
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-print_format", "json", "-show_streams", "-show_format"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs");
+    assert!(out.status.success(), "ffprobe {} failed: {}", path.to_string_lossy(), String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What the independent parsers read from the stream directory `dir`: the
+/// JSON printed by `support/stream_check.py` (variants with their media
+/// playlists, the audio playlists, the MPD's adaptation sets).
+pub fn parsed(dir: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("support/stream_check.py");
+    // `make test` points VID_TEST_PYTHON at a venv holding the pinned parsers
+    // (scripts/test.sh); by hand: `pip install m3u8==6.0.0 mpegdash==0.4.1`.
+    let python = std::env::var("VID_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python).arg(&script).arg(dir).output().expect("python runs");
+    assert!(out.status.success(), "the parsers refused the stream (pip install m3u8 mpegdash?): {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `ffprobe -show_frames` of the video in `path`: (presentation time in seconds, key frame) per frame.
+pub fn frames(path: &Path) -> Vec<(f64, bool)> {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0", "-show_entries", "frame=best_effort_timestamp_time,key_frame,pict_type"])
+        .args(["-of", "json"])
+        .arg(path)
+        .output()
+        .expect("ffprobe runs");
+    assert!(out.status.success(), "ffprobe {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let frames = v["frames"].as_array().cloned().unwrap_or_default();
+    frames.iter().map(|f| (f["best_effort_timestamp_time"].as_str().unwrap().parse().unwrap(), f["key_frame"] == 1)).collect()
+}
+
+/// The codec names ffprobe finds behind a manifest (a file or a URL).
+pub fn probe_codecs(manifest: impl AsRef<std::ffi::OsStr>) -> Vec<String> {
+    let p = ffprobe(manifest);
+    p["streams"].as_array().unwrap().iter().map(|s| s["codec_name"].as_str().unwrap_or("").to_owned()).collect()
+}
+
+/// (seconds of video, one frame's duration at the average rate) of `source`.
+pub fn source_video(source: &Path) -> (f64, f64) {
+    let p = ffprobe(source);
+    let v = p["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == "video").unwrap().clone();
+    let secs: f64 = v["duration"].as_str().or(p["format"]["duration"].as_str()).unwrap().parse().unwrap();
+    let (n, d) = v["avg_frame_rate"].as_str().unwrap().split_once('/').unwrap();
+    (secs, d.parse::<f64>().unwrap() / n.parse::<f64>().unwrap())
+}
+
+/// Everything issue 19 asks of the stream in `dir`, made from `source`.
+/// `expect`: (rung name, width, height) per rung, tallest first; `audio`:
+/// whether the source has audio; `uri_prefix`: what stands before
+/// `<rung>/index.m3u8` in the master playlist's URIs (`""` as the transcoder
+/// writes it, `"pb_…/"` as the playback service serves it). Returns the
+/// parsers' JSON. Panics on the first check that fails.
+pub fn check_stream_dir(dir: &Path, source: &Path, expect: &[(&str, u32, u32)], audio: bool, uri_prefix: &str) -> Value {
+    let j = parsed(dir);
+    check_master(&j, expect, audio, uri_prefix);
+    check_dash(&j, expect, audio);
+    for manifest in ["master.m3u8", "manifest.mpd"] {
+        let codecs = probe_codecs(dir.join(manifest));
+        assert!(codecs.iter().any(|c| c == "h264"), "{manifest}: {codecs:?}");
+        assert_eq!(codecs.iter().any(|c| c == "aac"), audio, "{manifest}: {codecs:?}");
+    }
+    if audio {
+        // A/V sync: audio and video start together, as in the source (within one AAC frame, ≤ 64 ms).
+        let p = ffprobe(dir.join("master.m3u8"));
+        let start = |codec: &str| -> f64 {
+            let s = p["streams"].as_array().unwrap().iter().find(|s| s["codec_name"] == codec).unwrap();
+            s["start_time"].as_str().unwrap().parse().unwrap()
+        };
+        let src = ffprobe(source);
+        let src_start = |kind: &str| -> f64 {
+            let s = src["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == kind).unwrap();
+            s["start_time"].as_str().unwrap().parse().unwrap()
+        };
+        let (ours, theirs) = (start("h264") - start("aac"), src_start("video") - src_start("audio"));
+        assert!((ours - theirs).abs() <= 0.064, "video − audio start: {ours:.3} s in the stream, {theirs:.3} s in the source");
+    }
+
+    // Keyframes and boundaries, read from the segments themselves.
+    let (source_secs, frame) = source_video(source);
+    let mut boundaries: Option<Vec<f64>> = None;
+    for v in &j["variants"].as_array().unwrap().clone() {
+        let track = dir.join(v["uri"].as_str().unwrap()).parent().unwrap().to_owned();
+        let starts = check_segments(&track, &v["playlist"]);
+        match &boundaries {
+            None => boundaries = Some(starts),
+            Some(b) => assert_eq!(b, &starts, "segment boundaries differ between rungs ({})", v["uri"]),
+        }
+        let total: f64 = v["playlist"]["segments"].as_array().unwrap().iter().map(|s| s["duration"].as_f64().unwrap()).sum();
+        assert!((total - source_secs).abs() <= frame + 1e-6, "{}: segments sum to {total} s, the source has {source_secs} s", v["uri"]);
+    }
+    j
+}
+
+/// Every segment of the media playlist `playlist` (in `dir`) decodes on its
+/// own (after `init.mp4`) from a key frame and holds no other; in the whole
+/// track the key frames are exactly at the segment starts the playlist's
+/// durations give. Returns the key frames' times.
+pub fn check_segments(dir: &Path, playlist: &Value) -> Vec<f64> {
+    let init = std::fs::read(dir.join("init.mp4")).unwrap();
+    let mut whole = init.clone();
+    let mut durations = Vec::new();
+    for s in playlist["segments"].as_array().unwrap() {
+        let seg = dir.join(s["uri"].as_str().unwrap());
+        let bytes = std::fs::read(&seg).unwrap();
+        let alone: PathBuf = seg.with_extension("probe.mp4");
+        std::fs::write(&alone, [init.clone(), bytes.clone()].concat()).unwrap();
+        let f = frames(&alone);
+        std::fs::remove_file(&alone).unwrap();
+        assert!(!f.is_empty(), "{} has no frame", seg.display());
+        let first = f.iter().map(|x| x.0).fold(f64::MAX, f64::min);
+        let keys: Vec<f64> = f.iter().filter(|x| x.1).map(|x| x.0).collect();
+        assert_eq!(keys, vec![first], "{}: exactly one key frame, the first: {f:?}", seg.display());
+        whole.extend(bytes);
+        durations.push(s["duration"].as_f64().unwrap());
+    }
+    let track = dir.join("whole.probe.mp4");
+    std::fs::write(&track, whole).unwrap();
+    let f = frames(&track);
+    std::fs::remove_file(&track).unwrap();
+    let keys: Vec<f64> = f.iter().filter(|x| x.1).map(|x| x.0).collect();
+    let mut at = f.iter().map(|x| x.0).fold(f64::MAX, f64::min);
+    let mut starts = Vec::new();
+    for d in durations {
+        starts.push(at);
+        at += d;
+    }
+    assert_eq!(keys.len(), starts.len(), "one key frame per segment in {}: {keys:?} vs {starts:?}", dir.display());
+    assert!(keys.iter().zip(&starts).all(|(k, s)| (k - s).abs() < 1e-3), "key frames at the segment starts: {keys:?} vs {starts:?}");
+    keys
+}
+
+/// The master playlist as parsed: version 7, independent segments, one
+/// variant per expected rung at `<uri_prefix><rung>/index.m3u8` with its
+/// `RESOLUTION`, exact `CODECS`, bandwidths and frame rate, and an audio
+/// group exactly when there is audio.
+pub fn check_master(j: &Value, expect: &[(&str, u32, u32)], audio: bool, uri_prefix: &str) {
+    assert_eq!((j["version"].as_i64(), j["independent"].as_bool()), (Some(7), Some(true)), "{j}");
+    let variants = j["variants"].as_array().unwrap();
+    assert_eq!(variants.len(), expect.len(), "{j}");
+    for (v, (name, w, h)) in variants.iter().zip(expect) {
+        assert_eq!(v["uri"], format!("{uri_prefix}{name}/index.m3u8"), "relative URIs");
+        assert_eq!(v["resolution"], serde_json::json!([w, h]));
+        let codecs = v["codecs"].as_str().unwrap();
+        let avc = codecs.split(',').next().unwrap();
+        assert!(avc.len() == 11 && avc.starts_with("avc1.") && u32::from_str_radix(&avc[5..], 16).is_ok(), "{codecs}");
+        assert_eq!(codecs.ends_with(",mp4a.40.2"), audio, "{codecs}");
+        assert_eq!(v["audio"].as_str() == Some("audio"), audio);
+        let (peak, avg) = (v["bandwidth"].as_u64().unwrap(), v["average_bandwidth"].as_u64().unwrap());
+        assert!(peak >= avg && avg > 0, "{v}");
+        assert!(v["frame_rate"].as_f64().unwrap() > 0.0, "{v}");
+        check_media(&v["playlist"]);
+    }
+    let groups: Vec<&Value> = j["media"].as_array().unwrap().iter().filter(|m| m["type"] == "AUDIO").collect();
+    assert_eq!(groups.len(), usize::from(audio), "an audio group iff there is audio: {j}");
+    for p in j["audio_playlists"].as_array().unwrap() {
+        check_media(p);
+    }
+}
+
+/// A media playlist as parsed: version 7, VOD, `EXT-X-ENDLIST`, independent
+/// segments, `EXT-X-MAP` naming `init.mp4`, every segment within
+/// `EXT-X-TARGETDURATION` and named relative to the playlist.
+pub fn check_media(p: &Value) {
+    assert_eq!((p["version"].as_i64(), p["playlist_type"].as_str()), (Some(7), Some("vod")), "{p}");
+    assert_eq!((p["endlist"].as_bool(), p["independent"].as_bool()), (Some(true), Some(true)), "{p}");
+    assert_eq!(p["map"][0], "init.mp4");
+    let target = p["target_duration"].as_f64().unwrap();
+    let segs = p["segments"].as_array().unwrap();
+    assert!(!segs.is_empty());
+    assert!(segs.iter().all(|s| s["duration"].as_f64().unwrap() <= target && !s["uri"].as_str().unwrap().contains('/')), "{p}");
+}
+
+/// The MPD as parsed: static, one video AdaptationSet with a Representation
+/// per rung (id, size and codec as HLS says) whose timeline is the HLS
+/// playlist's durations, and one AAC audio AdaptationSet when there is audio.
+pub fn check_dash(j: &Value, expect: &[(&str, u32, u32)], audio: bool) {
+    let d = &j["dash"];
+    assert_eq!(d["type"], "static");
+    let sets = d["adaptation_sets"].as_array().unwrap();
+    assert_eq!(sets.len(), 1 + usize::from(audio), "{d}");
+    assert_eq!(sets[0]["content_type"], "video");
+    let reps = sets[0]["representations"].as_array().unwrap();
+    assert_eq!(reps.len(), expect.len());
+    let hls = j["variants"].as_array().unwrap();
+    for ((r, (name, w, h)), v) in reps.iter().zip(expect).zip(hls) {
+        assert_eq!((r["id"].as_str(), r["width"].as_u64(), r["height"].as_u64()), (Some(*name), Some(u64::from(*w)), Some(u64::from(*h))));
+        assert_eq!(r["codecs"].as_str(), v["codecs"].as_str().unwrap().split(',').next());
+        // The same segments as HLS.
+        let ts = r["timescale"].as_f64().unwrap();
+        let dash: Vec<f64> = r["durations"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() / ts).collect();
+        let m3u: Vec<f64> = v["playlist"]["segments"].as_array().unwrap().iter().map(|s| s["duration"].as_f64().unwrap()).collect();
+        assert_eq!(dash.len(), m3u.len());
+        assert!(dash.iter().zip(&m3u).all(|(a, b)| (a - b).abs() < 1e-5), "{dash:?} vs {m3u:?}");
+    }
+    if audio {
+        assert_eq!(
+            (sets[1]["content_type"].as_str(), sets[1]["representations"][0]["codecs"].as_str()),
+            (Some("audio"), Some("mp4a.40.2"))
+        );
+    }
+}
