@@ -11,9 +11,10 @@ use serde::Serialize;
 use vid_core::endpoint::{CreateEndpoint, CreatedEndpoint, EndpointSummary};
 use vid_core::event::Event;
 use vid_core::operation::{Operation, WaitOperation, WaitResponse};
+use vid_core::playback::{CreatePlaybackId, PlaybackIdView, PlaybackPolicy};
 use vid_core::upload::{CompleteUpload, CreateUpload, CreatedUpload, SignParts, SignedParts, UploadState};
 use vid_core::video::Video;
-use vid_core::{EndpointId, EventId, OperationId, Problem, UploadId, VideoId};
+use vid_core::{EndpointId, EventId, OperationId, PlaybackId, Problem, UploadId, VideoId};
 
 /// Everything that can go wrong talking to the API or to storage.
 #[derive(Debug, thiserror::Error)]
@@ -357,6 +358,26 @@ impl Client {
     /// `GET /videos`.
     pub async fn list_videos(&self, cursor: Option<&str>) -> Result<Page<Video>, ClientError> {
         self.get(&format!("/videos?{}", query(&[("cursor", cursor)]))).await
+    }
+
+    /// `POST /videos/{id}/playback-ids` → `201`: a new playback ID of `policy`
+    /// for `video`, with its stable `hls_url` and `dash_url` (they serve once
+    /// the video is ready).
+    ///
+    /// Errors: [`ClientError::Api`] with `not_found` (no such video of this
+    /// tenant) or `unsupported_playback_policy` (`signed`, not served yet).
+    pub async fn create_playback_id(&self, video: &VideoId, policy: PlaybackPolicy) -> Result<PlaybackIdView, ClientError> {
+        let body = CreatePlaybackId { policy };
+        Ok(self.call(Method::POST, &format!("/videos/{video}/playback-ids"), Some(&body), &[]).await?.0)
+    }
+
+    /// `DELETE /videos/{id}/playback-ids/{playback_id}` → `204`: its URLs stop working.
+    ///
+    /// Errors: [`ClientError::Api`] with `not_found` for an unknown id, or one
+    /// of another video or tenant.
+    pub async fn delete_playback_id(&self, video: &VideoId, playback_id: &PlaybackId) -> Result<(), ClientError> {
+        self.call::<(), serde_json::Value>(Method::DELETE, &format!("/videos/{video}/playback-ids/{playback_id}"), None, &[]).await?;
+        Ok(())
     }
 
     /// `POST /webhook-endpoints` (the secret is in the answer, shown once).

@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use vid_core::messages::Mp4Support;
+use vid_core::playback::PlaybackPolicy;
 use vid_core::upload::{CreateUpload, PartUrl, UploadStatus};
 use vid_core::{Problem, UploadId};
 
@@ -83,6 +85,8 @@ pub struct Uploader<'a> {
     progress: Arc<dyn Progress>,
     stop_after_parts: Option<usize>,
     delay_before_send: Option<Duration>,
+    playback_policy: Option<Vec<PlaybackPolicy>>,
+    mp4_support: Option<Mp4Support>,
 }
 
 /// A URL expiring sooner than this is re-signed before it is used.
@@ -100,7 +104,27 @@ impl<'a> Uploader<'a> {
             progress: Arc::new(NoProgress),
             stop_after_parts: None,
             delay_before_send: None,
+            playback_policy: None,
+            mp4_support: None,
         }
+    }
+
+    /// `POST /uploads`' `playback_policy`: the playback IDs the video gets
+    /// when it is ready, one per policy. `None` (the default) sends nothing:
+    /// the api's default, `["public"]`; `Some(vec![])`: no playback ID. Used
+    /// when the upload is created, not when an earlier run's upload is resumed.
+    pub fn playback_policy(mut self, policies: Option<Vec<PlaybackPolicy>>) -> Self {
+        self.playback_policy = policies;
+        self
+    }
+
+    /// `POST /uploads`' `mp4_support`: `None` (the default) sends nothing (the
+    /// api's default, `standard`); `Some(Mp4Support::None)` asks for the
+    /// adaptive stream only. Used when the upload is created, like
+    /// [`playback_policy`](Self::playback_policy).
+    pub fn mp4_support(mut self, mp4: Option<Mp4Support>) -> Self {
+        self.mp4_support = mp4;
+        self
     }
 
     /// Parts sent at once (at least 1).
@@ -210,7 +234,13 @@ impl<'a> Uploader<'a> {
         let created = self
             .client
             .create_upload(
-                &CreateUpload { size_bytes: size, content_type, filename: path.file_name().map(|n| n.to_string_lossy().into_owned()) },
+                &CreateUpload {
+                    size_bytes: size,
+                    content_type,
+                    filename: path.file_name().map(|n| n.to_string_lossy().into_owned()),
+                    playback_policy: self.playback_policy.clone(),
+                    mp4_support: self.mp4_support,
+                },
                 None,
             )
             .await?;

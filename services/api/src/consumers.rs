@@ -138,11 +138,12 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ReportKind::Started => Transition::Started,
         ReportKind::Progress { phase, percent } => Transition::Progress { phase: Some(*phase), percent: *percent },
         ReportKind::Scanned { outcome } => Transition::Scan(*outcome),
-        // `stream` (the CMAF/HLS/DASH keys) is not stored yet: playback IDs
-        // and the playback service that serve it are issue 19's next step.
-        ReportKind::Succeeded { source, renditions, poster, stream: _ } => {
-            Transition::Finish(Outcome::Succeeded { source: source.clone(), renditions: renditions.clone(), poster: poster.clone() })
-        }
+        ReportKind::Succeeded { source, renditions, poster, stream } => Transition::Finish(Outcome::Succeeded {
+            source: source.clone(),
+            renditions: renditions.clone(),
+            poster: poster.clone(),
+            stream: stream.clone(),
+        }),
         ReportKind::Failed { error, source } => Transition::Finish(Outcome::Failed { error: error.clone(), source: source.clone() }),
     };
     let mut conn = state.db.get().await?;
@@ -153,13 +154,16 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
     };
     let applied = operation::apply_report(&mut conn, &state.outbox, &report.operation_id, sender, transition).await?;
     drop(conn);
-    if let (ReportKind::Succeeded { renditions, poster, .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
+    if let (ReportKind::Succeeded { renditions, poster, stream, .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
         // Cancel won the race: the outputs must not outlive it.
         tracing::info!(operation = %report.operation_id, status = status.as_str(), "deleting outputs of a finished-after-cancel job");
         let mut keys: Vec<String> = renditions.iter().map(|r| r.storage_key.clone()).collect();
         keys.extend(poster.iter().map(|p| p.storage_key.clone()));
         for key in keys {
             let _ = state.s3.delete_object().bucket(&state.settings.s3.bucket).key(key).send().await;
+        }
+        if let Some(stream) = stream {
+            delete_late_stream(state, &report.video_id, &stream.prefix).await;
         }
     }
     match &report.kind {
@@ -174,6 +178,29 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
         ),
     }
     Ok(())
+}
+
+/// Deletes every object of a late run's stream (its CMAF segments, headers
+/// and manifests under `prefix`), best effort like the MP4s: a failure is
+/// logged and the bucket keeps what it could not delete. Only a prefix of this
+/// video's own stream (`tenants/…/videos/{video}/stream/`) is deleted, whatever
+/// the report says, so a malformed report cannot empty another prefix.
+async fn delete_late_stream(state: &AppState, video: &vid_core::VideoId, prefix: &str) {
+    if !is_stream_prefix_of(prefix, video) {
+        tracing::warn!(video_id = %video, prefix, "not deleting a late stream outside the video's stream prefix");
+        return;
+    }
+    match crate::storage::delete_prefix(state, prefix).await {
+        Ok(n) => tracing::info!(video_id = %video, objects = n, "deleted the late run's stream"),
+        Err(e) => tracing::warn!(video_id = %video, error = %e, "could not delete the late run's stream"),
+    }
+}
+
+/// Whether `prefix` is `tenants/<tenant>/videos/<video>/stream/`, the stream
+/// prefix the transcoder writes for `video` (`TranscodeJob.output_prefix` + `stream/`).
+fn is_stream_prefix_of(prefix: &str, video: &vid_core::VideoId) -> bool {
+    let parts: Vec<&str> = prefix.split('/').collect();
+    matches!(parts.as_slice(), ["tenants", tenant, "videos", v, "stream", ""] if !tenant.is_empty() && *v == video.as_str())
 }
 
 fn report_name(kind: &ReportKind) -> &'static str {
@@ -207,4 +234,27 @@ async fn fail_dead_job(state: &AppState, job: &TranscodeJob) -> anyhow::Result<(
 /// at or after it is alive.
 fn fresh_since(state: &AppState) -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now() - chrono::Duration::seconds(state.settings.operations.heartbeat_timeout_seconds as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_stream_prefix_of;
+
+    #[test]
+    fn only_the_videos_own_stream_prefix_is_deleted() {
+        let v: vid_core::VideoId = "vid_01jd8x4m3v0k2q6s7t9w1y5zab".parse().unwrap();
+        assert!(is_stream_prefix_of("tenants/ten_1/videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/stream/", &v));
+        for bad in [
+            "",
+            "tenants/",
+            "tenants/ten_1/videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/",
+            "tenants/ten_1/videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/stream",
+            "tenants/ten_1/videos/vid_other/stream/",
+            "tenants//videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/stream/",
+            "tenants/ten_1/videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/stream/720p/",
+            "x/tenants/ten_1/videos/vid_01jd8x4m3v0k2q6s7t9w1y5zab/stream/",
+        ] {
+            assert!(!is_stream_prefix_of(bad, &v), "{bad}");
+        }
+    }
 }

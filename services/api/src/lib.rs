@@ -68,6 +68,7 @@ impl Application {
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
         settings.amqp.check()?;
         settings.s3.check()?;
+        settings.api.check_playback_base_url()?;
         let url_policy = UrlPolicy::strict()
             .with_require_https(settings.webhooks.require_https)
             .with_allow_cidrs(settings.webhooks.allow_cidrs.clone())

@@ -31,7 +31,7 @@ pub const SECURITY_SCHEME: &str = "api_key";
     info(
         title = "Video platform API",
         description = "Direct-to-storage multipart uploads, transcode operations (`202 Accepted` + `Location`), \
-videos with time-limited download URLs, webhook endpoints and their delivery log, and the event log.\n\n\
+videos with time-limited download URLs and stable playback IDs (HLS and DASH URLs), webhook endpoints and their delivery log, and the event log.\n\n\
 Authenticate with `Authorization: Bearer <API key>` (`vidk_…`). Every error is an RFC 9457 problem \
 (`application/problem+json`) with a stable machine-readable `code`; branch on `code`, never on `title` or `detail`. \
 A method a path does not serve is `405 method_not_allowed`, with an `Allow` header listing the methods it does \
@@ -56,6 +56,8 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
         routes::operations::operation_events,
         routes::videos::list_videos,
         routes::videos::get_video,
+        routes::playback_ids::create_playback_id,
+        routes::playback_ids::delete_playback_id,
         routes::endpoints::create_endpoint,
         routes::endpoints::list_endpoints,
         routes::endpoints::get_endpoint,
@@ -77,6 +79,11 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
             vid_core::EventId,
             vid_core::EndpointId,
             vid_core::DeliveryId,
+            vid_core::PlaybackId,
+            vid_core::playback::PlaybackPolicy,
+            vid_core::playback::PlaybackIdView,
+            vid_core::playback::CreatePlaybackId,
+            vid_core::messages::Mp4Support,
             vid_core::event::EventData,
             vid_core::event::VideoEventData,
             vid_core::event::EndpointEventData,
@@ -87,7 +94,7 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
     tags(
         (name = "uploads", description = "Direct-to-storage S3 multipart uploads: the api never sees the bytes."),
         (name = "operations", description = "Long-running transcodes: poll, wait, stream or cancel."),
-        (name = "videos", description = "Sources, renditions and posters, with presigned download URLs."),
+        (name = "videos", description = "Sources, renditions and posters, with presigned download URLs; playback IDs with stable HLS and DASH URLs."),
         (name = "webhook-endpoints", description = "Where a tenant's events are delivered, and the delivery log."),
         (name = "events", description = "Every event recorded for the tenant, so receivers can catch up."),
         (name = "meta", description = "Health probes and this document."),

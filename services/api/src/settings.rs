@@ -39,10 +39,43 @@ pub struct HttpSettings {
     /// server's 30 s shutdown limit, so no response is ever cut.
     #[serde(default = "default_stream_drain_seconds")]
     pub stream_drain_seconds: u64,
+    /// The playback service's public origin (and path prefix, if any), e.g.
+    /// `https://stream.example.com`: every playback ID's `hls_url` is
+    /// `<playback_base_url>/play/{pb}.m3u8` and its `dash_url`
+    /// `<playback_base_url>/play/{pb}.mpd` (a trailing `/` is ignored). Only
+    /// the api reads it (`VID__API__PLAYBACK_BASE_URL`); the playback service's
+    /// own settings are in `[playback]`. Must be an absolute `http(s)://` URL
+    /// (checked by [`crate::Application::build`]).
+    #[serde(default = "default_playback_base_url")]
+    pub playback_base_url: String,
 }
 
 fn default_stream_drain_seconds() -> u64 {
     20
+}
+
+fn default_playback_base_url() -> String {
+    "http://127.0.0.1:8090".to_owned()
+}
+
+impl HttpSettings {
+    /// Checks [`HttpSettings::playback_base_url`]: an absolute `http://` or
+    /// `https://` URL with a host, without query or fragment.
+    ///
+    /// Errors: a message naming the setting and the value.
+    pub fn check_playback_base_url(&self) -> anyhow::Result<()> {
+        let raw = self.playback_base_url.as_str();
+        let rest = raw.strip_prefix("https://").or_else(|| raw.strip_prefix("http://"));
+        let host = rest.map(|r| r.split('/').next().unwrap_or_default());
+        let ok = host.is_some_and(|h| !h.is_empty() && !h.contains('@'))
+            && !raw.contains(['?', '#'])
+            && !raw.chars().any(|c| c.is_whitespace() || c.is_control());
+        anyhow::ensure!(
+            ok,
+            "api.playback_base_url must be an absolute http(s) URL without query or fragment, e.g. https://stream.example.com (got `{raw}`)"
+        );
+        Ok(())
+    }
 }
 
 /// `[uploads]`

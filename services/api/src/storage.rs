@@ -243,6 +243,45 @@ pub async fn delete_object(state: &AppState, key: &str) -> Result<(), ApiError> 
     }
 }
 
+/// Deletes every object whose key starts with `prefix` (S3 ListObjectsV2,
+/// page by page, then DeleteObject for each key, 8 at once); returns how
+/// many were deleted. Used for a late run's stream (its `stream/` prefix
+/// holds one object per CMAF segment, header and manifest). An object
+/// written under the prefix while this runs may be left.
+///
+/// Errors: `503 unavailable` (logged) when a listing or a delete fails; the
+/// objects deleted before it stay deleted.
+pub async fn delete_prefix(state: &AppState, prefix: &str) -> Result<u64, ApiError> {
+    let mut deleted = 0u64;
+    let mut token: Option<String> = None;
+    loop {
+        let page = state
+            .s3
+            .list_objects_v2()
+            .bucket(&state.settings.s3.bucket)
+            .prefix(prefix)
+            .set_continuation_token(token.take())
+            .send()
+            .await
+            .map_err(|e| unavailable("ListObjectsV2", aws_sdk_s3::error::DisplayErrorContext(e)))?;
+        let keys: Vec<String> = page.contents().iter().filter_map(|o| o.key().map(str::to_owned)).collect();
+        for batch in keys.chunks(8) {
+            let mut deletes = Vec::with_capacity(batch.len());
+            for key in batch {
+                deletes.push(delete_object(state, key));
+            }
+            for r in futures::future::join_all(deletes).await {
+                r?;
+                deleted += 1;
+            }
+        }
+        match page.next_continuation_token() {
+            Some(next) if page.is_truncated() == Some(true) => token = Some(next.to_owned()),
+            _ => return Ok(deleted),
+        }
+    }
+}
+
 /// S3 AbortMultipartUpload; an upload storage already forgot counts as aborted.
 ///
 /// Errors: `503 unavailable` (logged).

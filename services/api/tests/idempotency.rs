@@ -15,7 +15,7 @@ use vid_db::schema::{idempotency_keys as ik, uploads};
 use vid_db::RunQueryDsl;
 
 fn req(size: u64) -> CreateUpload {
-    CreateUpload { size_bytes: size, content_type: "video/mp4".into(), filename: Some("a.mp4".into()) }
+    CreateUpload { size_bytes: size, content_type: "video/mp4".into(), filename: Some("a.mp4".into()), ..Default::default() }
 }
 
 /// `(status, Idempotent-Replayed, body)` of a `POST` with an `Idempotency-Key`.

@@ -29,7 +29,7 @@ fn slice<'a>(all: &'a [u8], part: &PartUrl) -> &'a [u8] {
 }
 
 fn req(size: u64) -> CreateUpload {
-    CreateUpload { size_bytes: size, content_type: "video/mp4".into(), filename: Some("a.mp4".into()) }
+    CreateUpload { size_bytes: size, content_type: "video/mp4".into(), filename: Some("a.mp4".into()), ..Default::default() }
 }
 
 #[tokio::test]
@@ -173,7 +173,10 @@ async fn limits_and_bad_input_are_problem_details() {
     let cases = [
         (req(0), "invalid_size"),
         (req(21474836480 + 1), "file_too_large"),
-        (CreateUpload { size_bytes: 10, content_type: "image/png".into(), filename: None }, "unsupported_content_type"),
+        (
+            CreateUpload { size_bytes: 10, content_type: "image/png".into(), filename: None, ..Default::default() },
+            "unsupported_content_type",
+        ),
     ];
     for (body, code) in cases {
         let err = client.create_upload(&body, None).await.unwrap_err();
@@ -183,7 +186,10 @@ async fn limits_and_bad_input_are_problem_details() {
     }
     // Parameters and case in the media type are tolerated.
     client
-        .create_upload(&CreateUpload { size_bytes: 10, content_type: "Video/MP4; codecs=avc1".into(), filename: None }, None)
+        .create_upload(
+            &CreateUpload { size_bytes: 10, content_type: "Video/MP4; codecs=avc1".into(), filename: None, ..Default::default() },
+            None,
+        )
         .await
         .unwrap();
     // Malformed JSON, unknown fields, wrong types: 400 with a problem body.
@@ -805,13 +811,13 @@ async fn filenames_with_format_characters_are_refused() {
     let api = TestApi::start(&[]).await;
     let client = api.client();
     for name in ["clip\u{202E}4pm.exe", "a\u{200B}b.mp4", "\u{FEFF}x.mp4", "a\u{2066}b.mp4", "a\u{2028}b.mp4", "a\u{7}b.mp4"] {
-        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()) };
+        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()), ..Default::default() };
         let err = client.create_upload(&body, None).await.unwrap_err();
         assert_eq!(problem_code(&err), "invalid_filename", "{name:?}");
         assert_eq!(err.problem().unwrap().status, 422);
     }
     for name in ["clip é 日本.mp4", "🎬 take 2.mp4", "مرحبا.mp4"] {
-        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()) };
+        let body = CreateUpload { size_bytes: 10, content_type: "video/mp4".into(), filename: Some(name.into()), ..Default::default() };
         client.create_upload(&body, None).await.unwrap_or_else(|e| panic!("{name:?}: {e}"));
     }
 }

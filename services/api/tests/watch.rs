@@ -48,7 +48,7 @@ async fn succeed(api: &TestApi, op: &OperationId) {
         frame_rate: Some(25.0),
         size_bytes: 1,
     };
-    let outcome = Outcome::Succeeded { source, renditions: Vec::new(), poster: None };
+    let outcome = Outcome::Succeeded { source, renditions: Vec::new(), poster: None, stream: None };
     assert_eq!(apply(api, op, Transition::Finish(outcome)).await, Applied::Changed);
 }
 

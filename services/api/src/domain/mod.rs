@@ -7,12 +7,14 @@
 pub mod operation;
 pub mod upload;
 
-use vid_core::messages::TranscodeJob;
+use vid_core::messages::{Mp4Support, TranscodeJob};
+use vid_core::playback::PlaybackPolicy;
 use vid_core::{OperationId, TenantId, VideoId};
 
 /// The transcode job of an operation: its source (`source_key`, declared
-/// `size_bytes`), outputs under `tenants/{tenant}/videos/{video}/`, and the
-/// publish count `attempt` (1 at `complete`, n+1 at the n-th re-drive).
+/// `size_bytes`), outputs under `tenants/{tenant}/videos/{video}/`, the
+/// publish count `attempt` (1 at `complete`, n+1 at the n-th re-drive), and
+/// `mp4_support` as `POST /uploads` asked (stored on the upload and the video).
 pub(crate) fn transcode_job(
     op: &OperationId,
     video: &VideoId,
@@ -20,6 +22,7 @@ pub(crate) fn transcode_job(
     source_key: String,
     size_bytes: i64,
     attempt: i32,
+    mp4_support: Mp4Support,
 ) -> TranscodeJob {
     TranscodeJob {
         operation_id: op.clone(),
@@ -29,7 +32,31 @@ pub(crate) fn transcode_job(
         source_size_bytes: size_bytes.max(0) as u64,
         output_prefix: format!("tenants/{tenant}/videos/{video}/"),
         attempt: attempt.max(1) as u32,
-        // `POST /uploads` has no `mp4_support` yet (issue 19): static MP4s always.
-        mp4_support: vid_core::messages::Mp4Support::Standard,
+        mp4_support,
+    }
+}
+
+/// `policies` with each repeated policy kept once, at its first place:
+/// `["public", "public"]` is one playback ID (`POST /uploads` stores the
+/// result; `operation` applies it again when the video becomes ready).
+pub fn distinct_policies(policies: Vec<PlaybackPolicy>) -> Vec<PlaybackPolicy> {
+    let mut out = Vec::with_capacity(policies.len());
+    for p in policies {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use vid_core::playback::PlaybackPolicy::{Public, Signed};
+
+    #[test]
+    fn distinct_policies_keep_the_first_of_each_in_order() {
+        assert_eq!(super::distinct_policies(vec![Signed, Public, Signed, Public]), vec![Signed, Public]);
+        assert_eq!(super::distinct_policies(vec![Public, Public]), vec![Public]);
+        assert!(super::distinct_policies(vec![]).is_empty());
     }
 }

@@ -39,6 +39,7 @@ use chrono::{DateTime, Utc};
 use diesel::QueryResult;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use vid_core::event::{EventData, EventType, VideoEventData};
+use vid_core::messages::StreamOutputs;
 use vid_core::operation::{OperationResult, OperationStatus, Phase, RenditionRef, ScanOutcome};
 use vid_core::video::{Poster, Rendition, SourceMetadata, VideoStatus};
 use vid_core::{OperationId, Problem, TenantId, VideoId};
@@ -46,6 +47,7 @@ use vid_core::{OperationId, Problem, TenantId, VideoId};
 use crate::error::codes;
 use crate::store::operations as ops;
 use crate::store::outbox::{Outbox, Staged};
+use crate::store::playback_ids;
 use crate::store::Conn;
 
 /// What may happen to an operation.
@@ -118,6 +120,11 @@ pub enum Outcome {
         renditions: Vec<Rendition>,
         /// Poster.
         poster: Option<Poster>,
+        /// The adaptive stream, stored as `videos.stream`. With one, the
+        /// video gets one playback ID per distinct policy of its
+        /// `playback_policy` in the same transaction; without one (an older
+        /// transcoder) there is nothing to play, so it gets none.
+        stream: Option<StreamOutputs>,
     },
     /// A permanent failure.
     Failed {
@@ -296,6 +303,10 @@ async fn scan(conn: &mut Conn, op: &Locked<'_>, outcome: ScanOutcome) -> QueryRe
 }
 
 /// Ends an open operation: operation, video (outputs or probe results), event.
+/// A success with a stream also stores it and creates the video's playback
+/// IDs (one per distinct stored policy, in the order stored), in this same
+/// transaction; so a duplicate `Succeeded` (the operation is terminal by
+/// then) creates no second set.
 async fn finish(conn: &mut Conn, op: &Locked<'_>, outcome: Outcome) -> QueryResult<Applied> {
     let target = match outcome {
         Outcome::Succeeded { .. } => OperationStatus::Succeeded,
@@ -305,7 +316,7 @@ async fn finish(conn: &mut Conn, op: &Locked<'_>, outcome: Outcome) -> QueryResu
         return Ok(if op.status == target { Applied::Ignored } else { Applied::AlreadyTerminal(op.status) });
     }
     match outcome {
-        Outcome::Succeeded { source, renditions, poster } => {
+        Outcome::Succeeded { source, renditions, poster, stream } => {
             let result = OperationResult {
                 video_id: op.video.clone(),
                 video: format!("/videos/{}", op.video),
@@ -315,7 +326,13 @@ async fn finish(conn: &mut Conn, op: &Locked<'_>, outcome: Outcome) -> QueryResu
                     .collect(),
             };
             ops::set_succeeded(conn, op.id, &result).await?;
-            ops::set_video_outputs(conn, &op.video, &source, &renditions, poster.as_ref()).await?;
+            ops::set_video_outputs(conn, &op.video, &source, &renditions, poster.as_ref(), stream.as_ref()).await?;
+            if stream.is_some() {
+                let policies = super::distinct_policies(ops::video_playback_policy(conn, &op.video).await?);
+                for policy in policies {
+                    playback_ids::insert(conn, &op.tenant, &op.video, policy).await?;
+                }
+            }
             op.video_event(conn, VideoStatus::Ready, EventType::VideoReady).await?;
         }
         Outcome::Failed { error, source } => {
@@ -402,8 +419,8 @@ async fn started(conn: &mut Conn, op: &Locked<'_>, sender: &Sender, row: &ops::L
 /// visible change of the operation (no revision bump).
 async fn redrive(conn: &mut Conn, op: &Locked<'_>, heartbeat: Option<DateTime<Utc>>) -> QueryResult<Applied> {
     let attempt = ops::set_republished(conn, op.id, heartbeat).await?;
-    let (video, tenant, source_key, size) = ops::job_source(conn, op.id).await?;
-    let job = super::transcode_job(op.id, &video, &tenant, source_key, size, attempt);
+    let src = ops::job_source(conn, op.id).await?;
+    let job = super::transcode_job(op.id, &src.video, &src.tenant, src.source_key, src.size_bytes, attempt, src.mp4_support);
     op.staged.transcode_job(conn, &job).await?;
     Ok(Applied::Changed)
 }

@@ -28,8 +28,9 @@ pub enum Finalized {
 }
 
 /// In one transaction: marks the upload `completed`, creates its video
-/// (`processing`) and `pending` operation, links them to the upload, and
-/// queues the transcode job in the outbox (whose commit wakes the relay).
+/// (`processing`, with the upload's `playback_policy` and `mp4_support`) and
+/// `pending` operation, links them to the upload, and queues the transcode
+/// job (with that `mp4_support`) in the outbox (whose commit wakes the relay).
 /// Concurrent callers serialise on the upload row; the loser gets the
 /// winner's operation id. An upload that was aborted or expired first is
 /// left alone ([`Finalized::Lost`]).
@@ -54,10 +55,13 @@ pub async fn finalize(conn: &mut Conn, outbox: &Outbox, row: &UploadRow) -> Quer
                     filename: row.filename.as_deref(),
                     content_type: &row.content_type,
                     source_key: &row.storage_key,
+                    playback_policy: &row.playback_policy,
+                    mp4_support: row.mp4_support,
                 };
                 let created = ops::insert_processing(conn, &new).await?;
                 uploads::link(conn, &row.id, &video_id, &op_id).await?;
-                let job = super::transcode_job(&op_id, &video_id, &row.tenant_id, row.storage_key.clone(), row.size_bytes, 1);
+                let job =
+                    super::transcode_job(&op_id, &video_id, &row.tenant_id, row.storage_key.clone(), row.size_bytes, 1, row.mp4_support);
                 staged.transcode_job(conn, &job).await?;
                 Ok(Finalized::Created(Box::new(created.into_operation())))
             }

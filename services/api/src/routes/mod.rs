@@ -6,6 +6,7 @@ pub mod endpoints;
 pub mod events;
 pub mod health;
 pub mod operations;
+pub mod playback_ids;
 pub mod uploads;
 pub mod videos;
 
@@ -31,6 +32,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     uploads::configure(cfg);
     operations::configure(cfg);
     videos::configure(cfg);
+    playback_ids::configure(cfg);
     endpoints::configure(cfg);
     deliveries::configure(cfg);
     events::configure(cfg);

@@ -7,7 +7,9 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use vid_core::messages::{Mp4Support, StreamOutputs};
 use vid_core::operation::{Operation, OperationMetadata, OperationResult, OperationStatus, Phase, ScanOutcome};
+use vid_core::playback::PlaybackPolicy;
 use vid_core::video::{Poster, Rendition, SourceMetadata, Video, VideoStatus};
 use vid_core::{OperationId, Problem, TenantId, UploadId, VideoId};
 use vid_db::schema::{operations, videos};
@@ -175,15 +177,30 @@ pub async fn set_republished(conn: &mut Conn, id: &OperationId, heartbeat: Optio
     }
 }
 
+/// What a transcode job of an operation is built from (see [`job_source`]).
+#[derive(Debug, Clone, Queryable)]
+pub struct JobSource {
+    /// The video being produced.
+    pub video: VideoId,
+    /// Owner.
+    pub tenant: TenantId,
+    /// The source's storage key.
+    pub source_key: String,
+    /// The source's declared size, bytes (from its upload).
+    pub size_bytes: i64,
+    /// The video's `mp4_support` (from its upload).
+    pub mp4_support: Mp4Support,
+}
+
 /// What a transcode job of an operation is built from: video, tenant, the
-/// source's storage key and declared size (bytes, from its upload).
-pub async fn job_source(conn: &mut Conn, id: &OperationId) -> QueryResult<(VideoId, TenantId, String, i64)> {
+/// source's storage key and declared size, and the video's `mp4_support`.
+pub async fn job_source(conn: &mut Conn, id: &OperationId) -> QueryResult<JobSource> {
     use vid_db::schema::uploads;
     operations::table
         .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
         .inner_join(uploads::table.on(uploads::id.eq(videos::upload_id)))
         .filter(operations::id.eq(id))
-        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes))
+        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes, videos::mp4_support))
         .first(conn)
         .await
 }
@@ -343,6 +360,10 @@ pub struct NewTranscode<'a> {
     pub content_type: &'a str,
     /// Storage key of the source object.
     pub source_key: &'a str,
+    /// The playback policies of the IDs the video gets when it becomes ready (from its upload).
+    pub playback_policy: &'a [PlaybackPolicy],
+    /// Static MP4s or not (from its upload).
+    pub mp4_support: Mp4Support,
 }
 
 /// Inserts a `processing` video and its `pending` operation; returns the operation as committed.
@@ -357,6 +378,8 @@ pub async fn insert_processing(conn: &mut Conn, new: &NewTranscode<'_>) -> Query
             videos::filename.eq(new.filename),
             videos::content_type.eq(new.content_type),
             videos::source_key.eq(new.source_key),
+            videos::playback_policy.eq(new.playback_policy),
+            videos::mp4_support.eq(new.mp4_support),
         ))
         .execute(conn)
         .await?;
@@ -395,6 +418,8 @@ pub struct VideoRow {
     pub renditions: serde_json::Value,
     /// [`Poster`] as JSON.
     pub poster: Option<serde_json::Value>,
+    /// Whether static MP4s are made.
+    pub mp4_support: Mp4Support,
     /// Created.
     pub created_at: DateTime<Utc>,
     /// Last changed.
@@ -402,7 +427,9 @@ pub struct VideoRow {
 }
 
 impl VideoRow {
-    /// The public resource (without download URLs).
+    /// The public resource (without download URLs, and without its playback
+    /// IDs: `playback_ids` is empty; the caller fills it from
+    /// [`crate::store::playback_ids`]).
     pub fn into_video(self) -> Video {
         Video {
             id: self.id,
@@ -414,6 +441,8 @@ impl VideoRow {
             source: self.source.and_then(|v| serde_json::from_value::<SourceMetadata>(v).ok()),
             renditions: serde_json::from_value::<Vec<Rendition>>(self.renditions).unwrap_or_default(),
             poster: self.poster.and_then(|v| serde_json::from_value::<Poster>(v).ok()),
+            mp4_support: self.mp4_support,
+            playback_ids: Vec::new(),
             created_at: self.created_at,
             updated_at: self.updated_at,
         }
@@ -443,19 +472,38 @@ pub async fn bump_video(conn: &mut Conn, id: &VideoId, status: VideoStatus) -> Q
         .await
 }
 
-/// Stores what a succeeded transcode produced: probe results, renditions, poster.
+/// Stores what a succeeded transcode produced: probe results, renditions,
+/// poster, and the adaptive stream (`videos.stream`, [`StreamOutputs`] as
+/// JSON: what the playback service serves; `None` from a transcoder that
+/// made no stream).
 pub async fn set_video_outputs(
     conn: &mut Conn,
     id: &VideoId,
     source: &SourceMetadata,
     renditions: &[Rendition],
     poster: Option<&Poster>,
+    stream: Option<&StreamOutputs>,
 ) -> QueryResult<()> {
     diesel::update(videos::table.filter(videos::id.eq(id)))
-        .set((videos::source.eq(json(source)), videos::renditions.eq(json(renditions)), videos::poster.eq(poster.map(json))))
+        .set((
+            videos::source.eq(json(source)),
+            videos::renditions.eq(json(renditions)),
+            videos::poster.eq(poster.map(json)),
+            videos::stream.eq(stream.map(json)),
+        ))
         .execute(conn)
         .await
         .map(|_| ())
+}
+
+/// A video's stored playback policies (from its upload; may be empty).
+pub async fn video_playback_policy(conn: &mut Conn, id: &VideoId) -> QueryResult<Vec<PlaybackPolicy>> {
+    videos::table.filter(videos::id.eq(id)).select(videos::playback_policy).first(conn).await
+}
+
+/// Whether `tenant` has the video `id` (any status).
+pub async fn video_exists(conn: &mut Conn, tenant: &TenantId, id: &VideoId) -> QueryResult<bool> {
+    diesel::select(diesel::dsl::exists(videos::table.filter(videos::id.eq(id)).filter(videos::tenant_id.eq(tenant)))).get_result(conn).await
 }
 
 /// Stores what the probe read of a source whose transcode failed.

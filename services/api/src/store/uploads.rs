@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
+use vid_core::messages::Mp4Support;
+use vid_core::playback::PlaybackPolicy;
 use vid_core::upload::UploadStatus;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
 use vid_db::schema::{tenants, uploads};
@@ -49,6 +51,11 @@ pub struct UploadRow {
     pub updated_at: DateTime<Utc>,
     /// When an upload not completed by then expires.
     pub expires_at: DateTime<Utc>,
+    /// The playback policies asked for at `POST /uploads` (distinct, in the
+    /// order given; empty: no playback ID), copied to the video at `complete`.
+    pub playback_policy: Vec<PlaybackPolicy>,
+    /// Whether static MP4s are made, copied to the video and its transcode job.
+    pub mp4_support: Mp4Support,
 }
 
 impl UploadRow {
@@ -110,6 +117,10 @@ pub struct NewUpload<'a> {
     pub s3_upload_id: &'a str,
     /// When it expires if not completed.
     pub expires_at: DateTime<Utc>,
+    /// Playback policies for the video-to-be (distinct; may be empty).
+    pub playback_policy: &'a [PlaybackPolicy],
+    /// Static MP4s or not.
+    pub mp4_support: Mp4Support,
 }
 
 /// Inserts the upload unless the tenant's cap is reached; `Some((in_flight,
@@ -156,6 +167,8 @@ pub async fn insert_within_cap(conn: &mut Conn, new: &NewUpload<'_>) -> QueryRes
                     uploads::storage_key.eq(new.key),
                     uploads::s3_upload_id.eq(new.s3_upload_id),
                     uploads::expires_at.eq(new.expires_at),
+                    uploads::playback_policy.eq(new.playback_policy),
+                    uploads::mp4_support.eq(new.mp4_support),
                 ))
                 .execute(conn)
                 .await?;

@@ -44,8 +44,8 @@ async fn main() {
     let (_, key) = vid_api::auth::create_tenant(&state.db, "bench").await.unwrap();
     let client = vid_client::Client::new(&url, &key);
 
-    let big = CreateUpload { size_bytes: 5 * 1024 * 1024 * 1024, content_type: "video/mp4".into(), filename: None };
-    let small = CreateUpload { size_bytes: 1024 * 1024, content_type: "video/mp4".into(), filename: None };
+    let big = CreateUpload { size_bytes: 5 * 1024 * 1024 * 1024, content_type: "video/mp4".into(), filename: None, ..Default::default() };
+    let small = CreateUpload { size_bytes: 1024 * 1024, content_type: "video/mp4".into(), filename: None, ..Default::default() };
     // Warm up connections and caches.
     for _ in 0..10 {
         client.create_upload(&small, None).await.unwrap();

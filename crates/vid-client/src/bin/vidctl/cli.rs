@@ -6,7 +6,9 @@ use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use vid_core::endpoint::SignatureFormat;
 use vid_core::event::EventType;
-use vid_core::{DeliveryId, EndpointId, EventId, OperationId, UploadId, VideoId};
+use vid_core::messages::Mp4Support;
+use vid_core::playback::PlaybackPolicy;
+use vid_core::{DeliveryId, EndpointId, EventId, OperationId, PlaybackId, UploadId, VideoId};
 
 #[derive(Parser)]
 #[command(name = "vidctl", version, about = "Upload videos and manage the video platform from the shell")]
@@ -34,6 +36,9 @@ pub(crate) enum Command {
     /// Videos and their renditions.
     #[command(subcommand)]
     Videos(VideoCmd),
+    /// A video's playback IDs (stable HLS and DASH URLs).
+    #[command(subcommand)]
+    PlaybackIds(PlaybackIdCmd),
     /// Uploads in progress.
     #[command(subcommand)]
     Uploads(UploadCmd),
@@ -79,6 +84,47 @@ pub(crate) struct UploadArgs {
     /// Testing aid: pause this long before sending each part.
     #[arg(long, hide = true)]
     pub(crate) part_delay_ms: Option<u64>,
+    /// The playback ID the video gets when ready: public, signed, or none
+    /// (no playback ID; add one later with `vidctl playback-ids add`)
+    /// [default: the api's, public].
+    #[arg(long, value_parser = parse_upload_policy)]
+    pub(crate) playback_policy: Option<UploadPolicy>,
+    /// standard (static MP4 renditions besides the stream) or none (the
+    /// stream only) [default: the api's, standard].
+    #[arg(long, value_parser = parse_mp4_support)]
+    pub(crate) mp4_support: Option<Mp4Support>,
+}
+
+/// `vidctl upload --playback-policy`: one policy, or none at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UploadPolicy {
+    /// One playback ID of this policy.
+    One(PlaybackPolicy),
+    /// No playback ID (`"playback_policy": []`).
+    None,
+}
+
+impl UploadPolicy {
+    /// The `playback_policy` member of `POST /uploads`.
+    pub(crate) fn policies(self) -> Vec<PlaybackPolicy> {
+        match self {
+            UploadPolicy::One(p) => vec![p],
+            UploadPolicy::None => Vec::new(),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PlaybackIdCmd {
+    /// Add a playback ID to a video (it serves once the video is ready); prints its URLs.
+    Add {
+        video: VideoId,
+        /// public (signed is not served yet).
+        #[arg(long, value_parser = parse_policy, default_value = "public")]
+        policy: PlaybackPolicy,
+    },
+    /// Delete one of a video's playback IDs: its URLs stop working.
+    Delete { video: VideoId, playback_id: PlaybackId },
 }
 
 #[derive(Args)]
@@ -230,6 +276,21 @@ fn parse_event_type(s: &str) -> Result<EventType, String> {
     EventType::parse(s).ok_or_else(|| format!("unknown event type; one of {}", EventType::ALL.map(|t| t.as_str()).join(", ")))
 }
 
+fn parse_policy(s: &str) -> Result<PlaybackPolicy, String> {
+    PlaybackPolicy::parse(s).ok_or_else(|| "one of public, signed".to_owned())
+}
+
+fn parse_upload_policy(s: &str) -> Result<UploadPolicy, String> {
+    match s {
+        "none" => Ok(UploadPolicy::None),
+        other => PlaybackPolicy::parse(other).map(UploadPolicy::One).ok_or_else(|| "one of public, signed, none".to_owned()),
+    }
+}
+
+fn parse_mp4_support(s: &str) -> Result<Mp4Support, String> {
+    Mp4Support::parse(s).ok_or_else(|| "one of standard, none".to_owned())
+}
+
 fn parse_format(s: &str) -> Result<SignatureFormat, String> {
     SignatureFormat::parse(s).ok_or_else(|| "one of webhook-signature, standard-webhooks".to_owned())
 }
@@ -255,6 +316,34 @@ mod tests {
         assert_eq!(parse(&["--url", "https://a.example/"]).unwrap(), (false, false));
         assert!(parse(&["--clear-description", "--description", "x"]).is_err());
         assert!(parse(&["--all-event-types", "--event-type", "video.ready"]).is_err());
+    }
+
+    #[test]
+    fn upload_takes_a_playback_policy_or_none_and_mp4_support() {
+        let parse = |extra: &[&str]| {
+            Cli::try_parse_from(["vidctl", "upload", "a.mp4"].iter().chain(extra)).map(|cli| match cli.command {
+                Command::Upload(a) => (a.playback_policy.map(UploadPolicy::policies), a.mp4_support),
+                _ => panic!("not upload"),
+            })
+        };
+        assert_eq!(parse(&[]).unwrap(), (None, None));
+        assert_eq!(parse(&["--playback-policy", "public"]).unwrap(), (Some(vec![PlaybackPolicy::Public]), None));
+        assert_eq!(parse(&["--playback-policy", "signed"]).unwrap(), (Some(vec![PlaybackPolicy::Signed]), None));
+        assert_eq!(parse(&["--playback-policy", "none", "--mp4-support", "none"]).unwrap(), (Some(vec![]), Some(Mp4Support::None)));
+        assert_eq!(parse(&["--mp4-support", "standard"]).unwrap(), (None, Some(Mp4Support::Standard)));
+        assert!(parse(&["--playback-policy", "private"]).is_err());
+        assert!(parse(&["--mp4-support", "capped-1080p"]).is_err());
+    }
+
+    #[test]
+    fn playback_ids_add_defaults_to_public() {
+        let video = vid_core::VideoId::generate().to_string();
+        let cli = Cli::try_parse_from(["vidctl", "playback-ids", "add", video.as_str()]).unwrap();
+        assert!(matches!(cli.command, Command::PlaybackIds(PlaybackIdCmd::Add { policy: PlaybackPolicy::Public, .. })));
+        let pb = vid_core::PlaybackId::generate().to_string();
+        let cli = Cli::try_parse_from(["vidctl", "playback-ids", "delete", video.as_str(), pb.as_str()]).unwrap();
+        assert!(matches!(cli.command, Command::PlaybackIds(PlaybackIdCmd::Delete { .. })));
+        assert!(Cli::try_parse_from(["vidctl", "playback-ids", "add", video.as_str(), "--policy", "none"]).is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The commands about operations, videos, uploads and events: each calls the
+//! The commands about operations, videos, playback IDs, uploads and events: each calls the
 //! SDK once (or once per page) and hands the result to the [`Output`].
 
 use std::time::Duration;
@@ -6,12 +6,13 @@ use std::time::Duration;
 use serde_json::json;
 use vid_client::{Client, ClientError, EventFilter, Page};
 
-use crate::cli::{EventCmd, OperationCmd, PageArgs, UploadCmd, VideoCmd};
+use crate::cli::{EventCmd, OperationCmd, PageArgs, PlaybackIdCmd, UploadCmd, VideoCmd};
 use crate::exit::finish_operation;
 use crate::output::Output;
 use crate::upload::follow;
 use crate::view::{
-    dash, event_subject, fields, operation_row, operation_status_line, print_operation, print_upload, print_video, time, unix_time,
+    dash, event_subject, fields, operation_row, operation_status_line, print_operation, print_playback_id, print_upload, print_video, time,
+    unix_time,
 };
 
 /// `vidctl operations …`.
@@ -55,6 +56,18 @@ pub(crate) async fn videos(client: &Client, cmd: VideoCmd, out: Output) -> anyho
                     time(&v.created_at),
                 ]
             });
+        }
+    }
+    Ok(())
+}
+
+/// `vidctl playback-ids …`.
+pub(crate) async fn playback_ids(client: &Client, cmd: PlaybackIdCmd, out: Output) -> anyhow::Result<()> {
+    match cmd {
+        PlaybackIdCmd::Add { video, policy } => out.show(&client.create_playback_id(&video, policy).await?, print_playback_id),
+        PlaybackIdCmd::Delete { video, playback_id } => {
+            client.delete_playback_id(&video, &playback_id).await?;
+            out.show_with(|| json!({ "deleted": playback_id, "video_id": video }), || println!("deleted {playback_id}"));
         }
     }
     Ok(())

@@ -59,6 +59,7 @@ async fn run(cli: Cli, out: Output) -> anyhow::Result<()> {
         }
         Command::Operations(cmd) => commands::operations(&client, cmd, out, bars).await,
         Command::Videos(cmd) => commands::videos(&client, cmd, out).await,
+        Command::PlaybackIds(cmd) => commands::playback_ids(&client, cmd, out).await,
         Command::Uploads(cmd) => commands::uploads(&client, cmd, out).await,
         Command::Endpoints(cmd) => endpoints::endpoints(&client, cmd, out).await,
         Command::Events(cmd) => commands::events(&client, cmd, out).await,

@@ -165,7 +165,9 @@ async fn send(client: &Client, args: &UploadArgs, bars: bool, resume_hint: &str)
     let uploader = Uploader::new(client)
         .parallel(args.parallel)
         .progress(progress.clone())
-        .delay_before_send(args.part_delay_ms.map(Duration::from_millis));
+        .delay_before_send(args.part_delay_ms.map(Duration::from_millis))
+        .playback_policy(args.playback_policy.map(|p| p.policies()))
+        .mp4_support(args.mp4_support);
     tokio::select! {
         r = uploader.upload(&args.file, args.content_type.as_deref()) => {
             bar.finish_and_clear();

@@ -7,6 +7,7 @@ use serde_json::Value;
 use vid_core::endpoint::{Endpoint, EndpointHealth, EndpointStatus};
 use vid_core::event::{Event, EventData};
 use vid_core::operation::{Operation, Phase};
+use vid_core::playback::PlaybackIdView;
 use vid_core::upload::UploadState;
 use vid_core::video::Video;
 
@@ -159,11 +160,34 @@ pub(crate) fn print_video(v: &Video) {
     if let Some(p) = &v.poster {
         f.push(("poster", format!("{}x{} {}", p.width, p.height, p.url.as_deref().unwrap_or(&p.storage_key))));
     }
+    f.push(("mp4 support", v.mp4_support.as_str().into()));
     fields(&f);
     if !v.renditions.is_empty() {
         println!();
         print_renditions(v, true);
     }
+    println!();
+    print_playback_ids(&v.playback_ids);
+}
+
+/// The playback IDs table: id, policy, created, and the HLS and DASH URLs.
+pub(crate) fn print_playback_ids(ids: &[PlaybackIdView]) {
+    let rows: Vec<Vec<String>> = ids
+        .iter()
+        .map(|p| vec![p.id.to_string(), p.policy.as_str().into(), time(&p.created_at), p.hls_url.clone(), p.dash_url.clone()])
+        .collect();
+    table(&["PLAYBACK ID", "POLICY", "CREATED", "HLS", "DASH"], &rows);
+}
+
+/// One playback ID, as `vidctl playback-ids add` prints it.
+pub(crate) fn print_playback_id(p: &PlaybackIdView) {
+    fields(&[
+        ("playback id", p.id.to_string()),
+        ("policy", p.policy.as_str().into()),
+        ("hls", p.hls_url.clone()),
+        ("dash", p.dash_url.clone()),
+        ("created", time(&p.created_at)),
+    ]);
 }
 
 pub(crate) fn print_renditions(v: &Video, urls: bool) {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::Utc;
+use vid_core::playback::{PlaybackPolicy, DEFAULT_POLICIES};
 use vid_core::upload::{CreateUpload, CreatedUpload, UploadStatus};
 use vid_core::UploadId;
 
@@ -21,10 +22,19 @@ use crate::store::{self, uploads::NewUpload};
 /// part URLs expire (15 min by default), not the upload (24 h by default; see
 /// `GET /uploads/{id}`).
 ///
-/// Errors: `invalid_json` (400); `invalid_size` (0 bytes), `file_too_large`
+/// `playback_policy` (absent: `["public"]`; `[]`: none; a repeated policy
+/// counts once) and `mp4_support` (absent: `standard`) are stored on the
+/// upload and copied to its video at `complete`; the video gets one playback
+/// ID per policy when it becomes ready with a stream, and its transcode job
+/// carries the `mp4_support`. Both are part of the body an
+/// `Idempotency-Key` compares.
+///
+/// Errors: `invalid_json` (400, also for an unknown `playback_policy` or
+/// `mp4_support` value); `invalid_size` (0 bytes), `file_too_large`
 /// (above `uploads.max_size_bytes`), `unsupported_content_type`,
 /// `invalid_filename` (over 255 bytes, or a control, format or line-separator
-/// character) (422); `too_many_uploads` (429, with `Retry-After: 30` and the
+/// character), `unsupported_playback_policy` (`signed`: not served until
+/// signing keys exist, issue 20) (422); `too_many_uploads` (429, with `Retry-After: 30` and the
 /// `limit` and `in_flight` members) when the tenant already has its maximum
 /// of uploads in flight (`created` or `completing`, not past `expires_at`);
 /// `unavailable` (503) when storage or the database is down.
@@ -65,7 +75,7 @@ pub async fn create_upload(
 
 /// Checks a create request against the limits; returns the normalised
 /// content type. Errors (422): `invalid_size`, `file_too_large`,
-/// `unsupported_content_type`, `invalid_filename`.
+/// `unsupported_content_type`, `invalid_filename`, `unsupported_playback_policy`.
 fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -> ApiResult<String> {
     if req.size_bytes == 0 {
         return Err(ApiError::new(codes::INVALID_SIZE, "size_bytes must be at least 1"));
@@ -90,7 +100,19 @@ fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -
              zero-width characters) or line separators",
         ));
     }
+    if let Some(policies) = &req.playback_policy {
+        policies.iter().try_for_each(|p| crate::routes::common::check_playback_policy(*p))?;
+    }
     Ok(content_type)
+}
+
+/// The playback policies to store: as asked with repeats dropped, or
+/// `["public"]` when the request has none.
+fn playback_policies(req: &CreateUpload) -> Vec<PlaybackPolicy> {
+    match &req.playback_policy {
+        Some(asked) => crate::domain::distinct_policies(asked.clone()),
+        None => DEFAULT_POLICIES.to_vec(),
+    }
 }
 
 /// Creates the upload: the multipart upload in storage, its row (within the
@@ -113,6 +135,7 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
     let key = source_key(&tenant.id, &id);
     let s3_upload_id = storage::create_multipart(state, &key, &content_type).await?;
     let expires_at = Utc::now() + chrono::Duration::seconds(limits.expire_after_seconds as i64);
+    let policies = playback_policies(&req);
     let new = NewUpload {
         id: &id,
         tenant: &tenant.id,
@@ -124,6 +147,8 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         key: &key,
         s3_upload_id: &s3_upload_id,
         expires_at,
+        playback_policy: &policies,
+        mp4_support: req.mp4_support.unwrap_or_default(),
     };
     let inserted = async {
         let mut conn = state.db.get().await?;
