@@ -4,6 +4,7 @@
 #
 #   scripts/images.sh            base images (cached), then api, transcoder, webhook-dispatcher, then check
 #   scripts/images.sh base       only the local base images and stand-ins
+#   scripts/images.sh compose    the runtime base, clamd and the Compose stack's stand-ins (postgres, rabbitmq, garage, curl)
 #   scripts/images.sh check      what the built images contain (sizes, user, no compiler or headers)
 #
 # Base images (cached under .local/images/, rebuilt only when missing):
@@ -97,6 +98,38 @@ standins() {
         -f deploy/local/images/clamav.Containerfile -t "$img" deploy/local/images >/dev/null
 }
 
+# Stand-ins for the Compose stack's third-party images (deploy/docker-compose.podman.yml
+# names them), built only for `scripts/images.sh compose` (scripts/compose-test.sh):
+#   localhost/vid-local/postgres:15-bookworm       Debian's postgresql-15, the official image's env interface
+#   localhost/vid-local/rabbitmq:3.10-management   Debian's rabbitmq-server 3.10, management plugin on
+#   localhost/vid-local/garage:v2.5.0              the ~/.cargo/bin/garage that `scripts/stack.sh infra-up` installs
+#   localhost/vid-local/curl:7.88-bookworm         Debian's curl, for the garage-init job
+# Each is rebuilt only when missing (podman rmi it to rebuild); build logs in .local/images/.
+COMPOSE_STANDINS=(postgres:15-bookworm rabbitmq:3.10-management curl:7.88-bookworm garage:v2.5.0)
+GARAGE_BIN="${GARAGE_BIN:-$HOME/.cargo/bin/garage}"
+compose_standin() {   # compose_standin NAME:TAG
+    local name="${1%%:*}" img="localhost/vid-local/$1" ctx="$ROOT/deploy/local/images" start=$SECONDS
+    have_image "$img" && { log "$img present"; return; }
+    if [ "$name" = garage ]; then
+        [ -x "$GARAGE_BIN" ] || { echo "images: $GARAGE_BIN missing: run 'scripts/stack.sh infra-up' (make infra) first, it installs Garage" >&2; return 1; }
+        # `garage cargo:2.5.0 [...]` (cargo install) or `garage v2.5.0 [...]` (release builds).
+        [[ "$("$GARAGE_BIN" --version)" =~ ^garage\ (cargo:|v)${1##*:v}\  ]] ||
+            { echo "images: $GARAGE_BIN is '$("$GARAGE_BIN" --version)', the tag says ${1##*:}" >&2; return 1; }
+        ctx="$CACHE/garage-context"; rm -rf "$ctx"; mkdir -p "$ctx"
+        cp -l "$GARAGE_BIN" "$ctx/garage" 2>/dev/null || cp "$GARAGE_BIN" "$ctx/garage"
+        cp "$ROOT/deploy/local/images/garage.Containerfile" "$ctx/"
+    fi
+    log "building $img (deploy/local/images/$name.Containerfile)"
+    podman build --pull=never --network host --format docker --build-arg BASE_IMAGE="$BASE_RUNTIME" \
+        -f "$ctx/$name.Containerfile" -t "$img" "$ctx" >"$CACHE/build-$name.log" 2>&1 ||
+        { tail -30 "$CACHE/build-$name.log" >&2; return 1; }
+    [ "$name" != garage ] || rm -rf "$ctx"
+    log "$img built in $((SECONDS - start)) s, $(( $(podman image inspect --format '{{.Size}}' "$img") / 1000000 )) MB"
+}
+compose_standins() {
+    local s; for s in "${COMPOSE_STANDINS[@]}"; do compose_standin "$s"; done
+}
+
 build_service() {
     local svc="$1"
     log "building localhost/vid/$svc:$TAG (deploy/Dockerfile --target $svc)"
@@ -143,6 +176,7 @@ check_all() {
 
 case "${1:-all}" in
     base) base_runtime; base_rust; standins ;;
+    compose) base_runtime; standins; compose_standins ;;
     check) check_all ;;
     all)
         base_runtime; base_rust; standins
@@ -150,5 +184,5 @@ case "${1:-all}" in
             start=$SECONDS; build_service "$s"; log "$s built in $((SECONDS - start)) s"
         done
         check_all ;;
-    *) echo "usage: $0 [all|base|check]" >&2; exit 2 ;;
+    *) echo "usage: $0 [all|base|compose|check]" >&2; exit 2 ;;
 esac
