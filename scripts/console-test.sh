@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # The web console (issue 9) in a real browser: Debian's headless Chromium
 # driven by playwright-core (tests/console/console.test.mjs) against the real
-# api, transcoder and webhook-dispatcher.
+# api, transcoder, webhook-dispatcher and playback service (issue 19: the
+# video page plays the stream with hls.js).
 #
 #   scripts/console-test.sh        (make test runs it once the stack is up)
 #
 # Installs what is missing: Debian's `chromium` (apt-get) when /usr/bin/chromium
 # is absent, and `npm ci` in tests/console (playwright-core only; no browser is
-# downloaded: the test uses /usr/bin/chromium). Builds the four binaries it
+# downloaded: the test uses /usr/bin/chromium). Builds the five binaries it
 # runs if target/debug lacks them.
 #
-# Starts the three services the way the e2e harness (tests/e2e `Stack`) does:
+# First checks the vendored hls.js: `npm ci` of services/api/console/vendor's
+# package.json and package-lock.json into a temporary directory (the registry
+# tarball, checked against the lock's integrity hash), then the committed
+# hls.min.mjs and LICENSE.hls.js must be byte-identical to the package's
+# dist/hls.min.mjs and LICENSE.
+#
+# Starts the four services the way the e2e harness (tests/e2e `Stack`) does:
 # a fresh database `vidtest_console_*` (scripts/test.sh drops those), a unique
 # RabbitMQ prefix `t<26 chars>` (expired by test.sh's queue policy), free
 # loopback ports, VID_PROFILE=test (loopback allow-listed for webhooks, short
-# retry schedule); a tenant from `api create-tenant`. The test runs its own
+# retry schedule); the playback service on its own free port, which the api's
+# `api.playback_base_url` (VID__API__PLAYBACK_BASE_URL) names, so hls_url and
+# dash_url and the console's CSP point at it; a tenant from `api
+# create-tenant`. The test runs its own
 # loopback webhook receiver. Everything it started is stopped on exit, and
 # the database dropped.
 #
@@ -55,11 +65,31 @@ if [ ! -d tests/console/node_modules/playwright-core ] || [ "$(cat "$STAMP" 2>/d
         || die "npm ci failed in tests/console"
     sha256sum "$LOCK" | cut -d' ' -f1 >"$STAMP"
 fi
+
+# ------------------------------------------------------ vendored hls.js --
+VENDOR="services/api/console/vendor"
+CHECK="$(mktemp -d /tmp/vid-console-vendor-XXXXXX)"
+trap 'rm -rf "$CHECK"' EXIT
+cp "$VENDOR/package.json" "$VENDOR/package-lock.json" "$CHECK/"
+(cd "$CHECK" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null) \
+    || die "npm ci of $VENDOR/package-lock.json failed"
+PKG="$CHECK/node_modules/hls.js"
+HLS_VERSION="$(node -p 'require(process.argv[1]).version' "$PKG/package.json")"
+LOCKED="$(node -p 'require(process.argv[1]).packages["node_modules/hls.js"].version' "$ROOT/$VENDOR/package-lock.json")"
+[ "$HLS_VERSION" = "$LOCKED" ] || die "npm installed hls.js $HLS_VERSION, the lock pins $LOCKED"
+cmp -s "$VENDOR/hls.min.mjs" "$PKG/dist/hls.min.mjs" \
+    || die "$VENDOR/hls.min.mjs is not hls.js@$HLS_VERSION's dist/hls.min.mjs (copy it from the package: README, Console)"
+cmp -s "$VENDOR/LICENSE.hls.js" "$PKG/LICENSE" \
+    || die "$VENDOR/LICENSE.hls.js is not hls.js@$HLS_VERSION's LICENSE"
+log "vendored hls.js $HLS_VERSION: hls.min.mjs ($(sha256sum "$VENDOR/hls.min.mjs" | cut -c1-16)…) and LICENSE.hls.js match the npm package"
+rm -rf "$CHECK"
+trap - EXIT
+
 missing=()
-for b in api transcoder webhook-dispatcher vidctl; do [ -x "$BIN/$b" ] || missing+=("$b"); done
+for b in api transcoder webhook-dispatcher playback vidctl; do [ -x "$BIN/$b" ] || missing+=("$b"); done
 if [ "${#missing[@]}" -gt 0 ]; then
     log "building ${missing[*]}"
-    cargo build -q -p vid-api -p vid-transcoder -p vid-webhook-dispatcher -p vid-client --bins
+    cargo build -q -p vid-api -p vid-transcoder -p vid-webhook-dispatcher -p vid-playback -p vid-client --bins
 fi
 
 # ---------------------------------------------------------------- stack --
@@ -70,6 +100,7 @@ SERVER="${VID__DATABASE__URL%/*}"
 DB="vidtest_console_${SUFFIX:0:12}"
 WORK="$(mktemp -d /tmp/vid-console-XXXXXX)"
 API_PORT="$(free_port)"
+PLAYBACK_PORT="$(free_port)"
 PIDS=()
 
 cleanup() {
@@ -99,13 +130,16 @@ export VID__API__LISTEN="127.0.0.1:$API_PORT"
 export VID__TRANSCODER__HEALTH_LISTEN="127.0.0.1:$(free_port)"
 export VID__TRANSCODER__WORK_DIR="$WORK/transcoder"
 export VID__DISPATCHER__HEALTH_LISTEN="127.0.0.1:$(free_port)"
+export VID__PLAYBACK__LISTEN="127.0.0.1:$PLAYBACK_PORT"
+PLAYBACK_URL="http://127.0.0.1:$PLAYBACK_PORT"
+export VID__API__PLAYBACK_BASE_URL="$PLAYBACK_URL"
 
 psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB" >/dev/null
 "$BIN/api" migrate >>"$OUT/api.log" 2>&1 || die "api migrate failed (see $OUT/api.log)"
 API_KEY="$("$BIN/api" create-tenant --name console-test 2>>"$OUT/api.log")"
 [ -n "$API_KEY" ] || die "api create-tenant printed no key"
 
-for name in api transcoder webhook-dispatcher; do
+for name in api transcoder webhook-dispatcher playback; do
     setsid "$BIN/$name" >>"$OUT/$name.log" 2>&1 </dev/null &
     PIDS+=("$!")
 done
@@ -117,14 +151,19 @@ for _ in $(seq 1 150); do
 done
 curl -fsS -o /dev/null --max-time 2 "$API_URL/healthz" || die "api not healthy (see $OUT/api.log)"
 for _ in $(seq 1 150); do
+    curl -fsS -o /dev/null --max-time 2 "$PLAYBACK_URL/healthz" 2>/dev/null && break
+    sleep 0.2
+done
+curl -fsS -o /dev/null --max-time 2 "$PLAYBACK_URL/healthz" || die "playback service not healthy (see $OUT/playback.log)"
+for _ in $(seq 1 150); do
     curl -fsS -o /dev/null --max-time 2 "http://$VID__TRANSCODER__HEALTH_LISTEN/readyz" 2>/dev/null && break
     sleep 0.2
 done
-log "stack up: api $API_URL, database $DB, prefix $PREFIX"
+log "stack up: api $API_URL, playback $PLAYBACK_URL, database $DB, prefix $PREFIX"
 
 # ----------------------------------------------------------------- test --
 start=$SECONDS
-CONSOLE_API_URL="$API_URL" CONSOLE_API_KEY="$API_KEY" CONSOLE_VIDCTL="$BIN/vidctl" CONSOLE_VIDEO="$VIDEO" \
+CONSOLE_API_URL="$API_URL" CONSOLE_PLAYBACK_URL="$PLAYBACK_URL" CONSOLE_API_KEY="$API_KEY" CONSOLE_VIDCTL="$BIN/vidctl" CONSOLE_VIDEO="$VIDEO" \
 CONSOLE_OUT="$OUT" CHROMIUM="$CHROMIUM" \
     node tests/console/console.test.mjs
 log "passed in $((SECONDS - start)) s; screenshots in ${OUT#"$ROOT/"}/"

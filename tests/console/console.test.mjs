@@ -1,10 +1,14 @@
 // The web console (issue 9) in Debian's headless Chromium, driven with
-// playwright-core, against the real api, transcoder and webhook-dispatcher
-// that scripts/console-test.sh started. Every step asserts what the page
-// shows and saves a screenshot to $CONSOLE_OUT.
+// playwright-core, against the real api, transcoder, webhook-dispatcher and
+// playback service that scripts/console-test.sh started. Every step asserts
+// what the page shows and saves a screenshot to $CONSOLE_OUT. The video page
+// (issue 19) plays the stream with hls.js: it plays, a forced switch to
+// another rung plays that rung, a seek to the middle plays, and the browser's
+// own HLS player plays it too where canPlayType says it can.
 //
 // Environment (set by scripts/console-test.sh):
 //   CONSOLE_API_URL   http://127.0.0.1:<port> of the api
+//   CONSOLE_PLAYBACK_URL  http://127.0.0.1:<port> of the playback service
 //   CONSOLE_API_KEY   an API key of a fresh tenant
 //   CONSOLE_VIDCTL    path of target/debug/vidctl
 //   CONSOLE_VIDEO     the sample video to upload
@@ -16,8 +20,8 @@
 // loopback is aborted and fails the test.
 
 import { execFile } from 'node:child_process';
-import { createHmac, timingSafeEqual } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import http from 'node:http';
 import { join } from 'node:path';
@@ -30,6 +34,7 @@ const env = (name, fallback) => {
   return v;
 };
 const API_URL = env('CONSOLE_API_URL');
+const PLAYBACK_URL = env('CONSOLE_PLAYBACK_URL');
 const API_KEY = env('CONSOLE_API_KEY');
 const VIDCTL = env('CONSOLE_VIDCTL');
 const VIDEO = env('CONSOLE_VIDEO');
@@ -103,7 +108,12 @@ page.on('console', (m) => {
   if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) pageErrors.push(`console: ${m.text()}`);
 });
 const requests = [];
-page.on('request', (r) => requests.push(`${r.method()} ${r.url()}`));
+/** Requests to the playback service, and whether each carried an Authorization header (none may). */
+const playbackRequests = [];
+page.on('request', (r) => {
+  requests.push(`${r.method()} ${r.url()}`);
+  if (r.url().startsWith(`${PLAYBACK_URL}/`)) playbackRequests.push({ url: r.url(), authorization: 'authorization' in r.headers() });
+});
 
 let shot = 0;
 async function screenshot(name) {
@@ -148,6 +158,42 @@ async function noSidewaysScroll(where) {
   const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
   assert(scroll <= inner, `${where}: the page is ${scroll} px wide in a ${inner} px window`);
 }
+/**
+ * Plays `video` (a locator; muted, which autoplay policy always allows) and
+ * resolves on the `timeupdate` that shows its currentTime `seconds` past where
+ * it started, then pauses it (the sample is short: the play head must not
+ * reach the end while screenshots are taken). Fails on a media error, on a
+ * refused play(), or if the time has not advanced within `timeoutMs`.
+ */
+async function playsFor(video, seconds, what, timeoutMs = 30_000) {
+  const r = await video.evaluate((v, [seconds, timeoutMs]) => new Promise((resolve) => {
+    const from = v.currentTime;
+    const done = (result) => {
+      clearTimeout(timer);
+      v.removeEventListener('timeupdate', tick);
+      v.removeEventListener('error', failed);
+      v.pause();
+      resolve({ ...result, from, to: v.currentTime });
+    };
+    const tick = () => { if (v.currentTime >= from + seconds) done({ ok: true }); };
+    const failed = () => done({ ok: false, error: `MediaError ${v.error && v.error.code} ${v.error && v.error.message}` });
+    const timer = setTimeout(() => done({ ok: false, error: `no progress in ${timeoutMs} ms (readyState ${v.readyState}, paused ${v.paused}, ended ${v.ended})` }), timeoutMs);
+    v.addEventListener('timeupdate', tick);
+    v.addEventListener('error', failed);
+    if (v.error) return failed();
+    v.muted = true;
+    v.play().catch((e) => done({ ok: false, error: `play() refused: ${e.name} ${e.message}` }));
+  }), [seconds, timeoutMs]);
+  assert(r.ok, `${what}: ${r.error} (currentTime ${r.from.toFixed(2)} → ${r.to.toFixed(2)})`);
+  console.log(`    ${what}: currentTime ${r.from.toFixed(2)} → ${r.to.toFixed(2)} s`);
+  return r;
+}
+/** Fails if a player shows an error (a fatal hls.js error or a MediaError). */
+async function noPlayerError(figure, what) {
+  const state = await figure.getAttribute('data-state');
+  const error = await figure.locator('video').evaluate((v) => v.error && `MediaError ${v.error.code} ${v.error.message}`);
+  assert(state !== 'error' && !error, `${what}: ${error || (await figure.innerText())}`);
+}
 /** The `data-key` of the focused element (keyboard focus must not fall back to <body>). */
 const focused = () => page.evaluate(() => document.activeElement?.dataset?.key || document.activeElement?.tagName);
 /** A link of the main navigation. */
@@ -157,6 +203,7 @@ let goneEndpointId;
 let secret;
 let operationId;
 let videoId;
+let cancelledVideoId;
 let deliveryId;
 let eventId;
 let linkDir;
@@ -168,7 +215,25 @@ try {
     assert(resp.status === 200, `GET /console/ answered ${resp.status}`);
     const csp = resp.headers.get('content-security-policy') || '';
     assert(csp.includes("script-src 'self'") && !csp.includes('unsafe-inline'), `CSP: ${csp}`);
-    assert(csp.includes("require-trusted-types-for 'script'"), `CSP enforces Trusted Types: ${csp}`);
+    assert(csp.includes("require-trusted-types-for 'script'") && csp.includes("trusted-types 'none'"), `CSP enforces Trusted Types: ${csp}`);
+    // Issue 19: what hls.js needs and nothing more. XHR to the playback
+    // service; media from a blob: (MediaSource) and the playback service
+    // (native HLS); no worker, no eval.
+    const directive = (name) => (csp.split(';').map((d) => d.trim().split(/\s+/)).find(([n]) => n === name) || []).slice(1);
+    assert(directive('default-src').join(' ') === "'none'", `default-src 'none': ${csp}`);
+    assert(directive('connect-src').join(' ') === `'self' ${PLAYBACK_URL}`, `connect-src is this origin and the playback service: ${csp}`);
+    const media = directive('media-src');
+    assert(media.includes('blob:') && media.includes(PLAYBACK_URL) && media.includes("'self'"), `media-src has blob: and the playback service: ${csp}`);
+    assert(!directive('img-src').includes('blob:') && !directive('img-src').includes(PLAYBACK_URL), `img-src does not open for playback: ${csp}`);
+    assert(directive('worker-src').length === 0 && !csp.includes('unsafe-eval'), `no worker, no eval: ${csp}`);
+    // hls.js is served from the binary, exactly the committed (npm-checked) file.
+    const hlsResp = await fetch(`${API_URL}/console/vendor/hls.min.mjs`);
+    assert(hlsResp.status === 200 && /^text\/javascript/.test(hlsResp.headers.get('content-type')), `hls.min.mjs: ${hlsResp.status} ${hlsResp.headers.get('content-type')}`);
+    const served = createHash('sha256').update(Buffer.from(await hlsResp.arrayBuffer())).digest('hex');
+    const committed = createHash('sha256').update(readFileSync(new URL('../../services/api/console/vendor/hls.min.mjs', import.meta.url))).digest('hex');
+    assert(served === committed, `the served hls.min.mjs is the committed one (${served} vs ${committed})`);
+    assert((await fetch(`${API_URL}/console/vendor/LICENSE.hls.js`)).status === 200, 'the hls.js licence is served beside it');
+    assert((await fetch(`${API_URL}/console/vendor/package.json`)).status === 404, 'the npm manifest is not served');
     const html = await resp.text();
     assert(!/<script(?![^>]*\bsrc=)[^>]*>/i.test(html), 'index.html has an inline script');
     const redirect = await fetch(`${API_URL}/console`, { redirect: 'manual' });
@@ -239,7 +304,10 @@ try {
   await step('3. upload a sample video with vidctl (under a filename with markup)', async () => {
     linkDir = mkdtempSync(join(tmpdir(), 'vid-console-'));
     const hostile = join(linkDir, `${FILENAME}.mp4`);
-    symlinkSync(VIDEO, hostile);
+    // The sample looped three times (no re-encoding; ~16 s, four 4 s
+    // segments): the player steps play, switch at a segment boundary and seek
+    // to the middle without reaching the end of a 5 s clip.
+    await promisify(execFile)('ffmpeg', ['-hide_banner', '-loglevel', 'error', '-y', '-stream_loop', '2', '-i', VIDEO, '-c', 'copy', hostile]);
     const { stdout } = await promisify(execFile)(VIDCTL, ['--json', 'upload', hostile], {
       env: { ...process.env, VIDCTL_API_URL: API_URL, VIDCTL_API_KEY: API_KEY },
       timeout: 120_000,
@@ -283,29 +351,125 @@ try {
     await screenshot('operations-succeeded');
   });
 
-  await step('the Video page shows the source metadata, the poster and playable renditions', async () => {
+  await step('the Video page shows the source metadata, the poster, the playback URLs and the MP4 downloads', async () => {
     await page.locator(`tr[data-operation-id="${operationId}"]`).getByRole('link', { name: videoId }).click();
     await page.getByTestId('source-metadata').waitFor();
     assert((await heading().innerText()) === `${FILENAME}.mp4`, `the filename is the heading, as text: ${await heading().innerText()}`);
     await noInjectedMarkup('video');
     const meta = await page.getByTestId('source-metadata').innerText();
     assert(/h264/i.test(meta) && /×/.test(meta), `source metadata: ${meta}`);
-    const videos = page.locator('figure[data-rendition] video');
-    const n = await videos.count();
-    assert(n >= 1, 'at least one rendition');
     const poster = page.locator('figure.poster img');
     await eventually('the poster to load', () => poster.evaluate((img) => img.complete && img.naturalWidth > 0), 20_000);
-    // The first rendition plays from its presigned URL (Chromium decodes H.264/AAC).
-    const played = await videos.first().evaluate((v) => new Promise((resolve) => {
-      if (v.readyState >= 1) return resolve({ ok: true, duration: v.duration });
-      v.addEventListener('loadedmetadata', () => resolve({ ok: true, duration: v.duration }), { once: true });
-      v.addEventListener('error', () => resolve({ ok: false, error: v.error && v.error.code }), { once: true });
-      v.load();
-      setTimeout(() => resolve({ ok: false, error: 'timeout' }), 15_000);
+    // The playback IDs, each with its HLS and DASH URL as text (and a link).
+    const video = await (await fetch(`${API_URL}/videos/${videoId}`, { headers: { Authorization: `Bearer ${API_KEY}` } })).json();
+    assert(Array.isArray(video.playback_ids) && video.playback_ids.length >= 1, `the ready video has a playback ID: ${JSON.stringify(video.playback_ids)}`);
+    for (const pb of video.playback_ids) {
+      const row = page.locator(`tr[data-playback-id="${pb.id}"]`);
+      assert((await row.locator('[data-url="hls"] a').innerText()) === pb.hls_url, `the hls_url is shown: ${pb.hls_url}`);
+      assert((await row.locator('[data-url="dash"] a').innerText()) === pb.dash_url, `the dash_url is shown: ${pb.dash_url}`);
+      assert(pb.hls_url.startsWith(`${PLAYBACK_URL}/play/`), `the hls_url is on the playback service: ${pb.hls_url}`);
+    }
+    // Static renditions are downloads now, not players: each link answers an MP4.
+    const downloads = page.locator('tr[data-rendition] a[download]');
+    const n = await downloads.count();
+    assert(n >= 1 && n === video.renditions.length, `one download per static rendition (${n} of ${video.renditions.length})`);
+    assert(await page.locator('tr[data-rendition] video').count() === 0, 'no <video> per rendition any more');
+    const href = await downloads.first().getAttribute('href');
+    const head = await fetch(href, { headers: { Range: 'bytes=0-11' } });
+    const bytes = Buffer.from(await head.arrayBuffer());
+    assert((head.status === 206 || head.status === 200) && bytes.subarray(4, 8).toString('latin1') === 'ftyp', `the download link answers an MP4 (${head.status}, ${bytes.subarray(0, 12).toString('hex')})`);
+    console.log(`    ${video.playback_ids.length} playback ID(s), ${n} MP4 downloads`);
+  });
+
+  await step('the stream plays with hls.js (currentTime advances, no media error), the rung playing is shown', async () => {
+    const figure = page.getByTestId('hls-player');
+    const video = figure.locator('video');
+    await eventually('hls.js to parse the master playlist', async () => {
+      await noPlayerError(figure, 'the hls.js player');
+      return (await figure.getAttribute('data-state')) === 'ready';
+    }, 30_000);
+    const levels = Number(await figure.getAttribute('data-levels'));
+    assert(levels >= 2, `the master playlist lists several rungs (${levels})`);
+    const options = await page.getByLabel('Rung').locator('option').allTextContents();
+    assert(options.length === levels + 1 && /^Auto/.test(options[0]) && options.slice(1).every((o) => /\d+ × \d+ · \d+\.\d\d Mb\/s$/.test(o)), `the picker lists Auto and every rung: ${options}`);
+    await playsFor(video, 1.0, 'hls.js playback');
+    await noPlayerError(figure, 'the hls.js player after playing');
+    const playing = await page.getByTestId('rung-playing').innerText();
+    assert(/\d+ × \d+/.test(playing) && /\(Auto\)/.test(playing), `the rung playing is shown: ${playing}`);
+    assert(await video.evaluate((v) => v.src.startsWith('blob:')), 'hls.js plays through a MediaSource (a blob: URL)');
+    const kinds = new Set(playbackRequests.map((r) => r.url.replace(/^.*\.([a-z0-9]+)$/, '$1')));
+    assert(kinds.has('m3u8') && kinds.has('mp4') && kinds.has('m4s'), `playlists, init and media segments came from the playback service: ${[...kinds]}`);
+    assert(playbackRequests.every((r) => !r.authorization), 'no playback request carries the API key');
+    console.log(`    ${levels} rungs; playing ${playing}; ${playbackRequests.length} requests to the playback service`);
+    await screenshot('video-stream-playing');
+  });
+
+  await step('a forced switch to another rung plays that rung', async () => {
+    const figure = page.getByTestId('hls-player');
+    const video = figure.locator('video');
+    const before = Number(await figure.getAttribute('data-level'));
+    const levels = Number(await figure.getAttribute('data-levels'));
+    const target = before === 0 ? levels - 1 : 0;
+    const option = page.getByLabel('Rung').locator(`option[value="${target}"]`);
+    const height = Number(await option.getAttribute('data-height'));
+    const heightBefore = await video.evaluate((v) => v.videoHeight);
+    assert(height > 0 && height !== heightBefore, `the target rung has another height (${height} vs ${heightBefore})`);
+    await page.getByLabel('Rung').selectOption(String(target));
+    // The switch lands when hls.js reports that the fragment at the play head
+    // is from the picked level and the decoder shows that rung's frames
+    // (`videoHeight`); both only happen while it plays, so it plays meanwhile.
+    await video.evaluate((v) => { v.muted = true; return v.play(); });
+    await eventually(`the player to switch from level ${before} to ${target}`, async () => {
+      await noPlayerError(figure, 'the hls.js player while switching');
+      const [level, shown, ended] = [Number(await figure.getAttribute('data-level')), ...await video.evaluate((v) => [v.videoHeight, v.ended])];
+      if (ended) throw Object.assign(new Error(`the video ended before the switch (level ${level}, ${shown} p)`), { fatal: true });
+      return level === target && shown === height;
+    }, 45_000, 100);
+    await playsFor(video, 1.0, 'playback on the new rung');
+    assert(Number(await figure.getAttribute('data-level')) === target, 'it stays on the picked rung');
+    assert(await figure.getAttribute('data-auto') === 'false', 'Auto is off after picking a rung');
+    const playing = await page.getByTestId('rung-playing').innerText();
+    assert(playing.includes(`× ${height}`) && !/Auto/.test(playing), `the page shows the picked rung: ${playing}`);
+    await noPlayerError(figure, 'the hls.js player after the switch');
+    console.log(`    level ${before} (${heightBefore} p) → ${target} (${height} p): ${playing}`);
+    await screenshot('video-stream-switched');
+  });
+
+  await step('a seek to the middle plays', async () => {
+    const figure = page.getByTestId('hls-player');
+    const video = figure.locator('video');
+    const r = await video.evaluate((v) => new Promise((resolve) => {
+      const mid = v.duration / 2;
+      const timer = setTimeout(() => resolve({ ok: false, mid, error: `no seeked in 20 s (readyState ${v.readyState})` }), 20_000);
+      v.addEventListener('seeked', () => { clearTimeout(timer); resolve({ ok: true, mid, at: v.currentTime }); }, { once: true });
+      v.currentTime = mid;
     }));
-    assert(played.ok && played.duration > 0, `the rendition loads in <video>: ${JSON.stringify(played)}`);
-    console.log(`    ${n} renditions; the first one loaded, ${played.duration.toFixed(1)} s`);
-    await screenshot('video');
+    assert(r.ok && Math.abs(r.at - r.mid) < 0.5, `the seek to ${r.mid} s lands: ${JSON.stringify(r)}`);
+    await playsFor(video, 1.0, `playback after the seek to ${r.mid.toFixed(2)} s`);
+    await noPlayerError(figure, 'the hls.js player after the seek');
+    await screenshot('video-stream-seeked');
+  });
+
+  await step('native HLS: where canPlayType says yes, the browser\'s own player plays the same URL', async () => {
+    const support = await page.evaluate(() => document.createElement('video').canPlayType('application/vnd.apple.mpegurl'));
+    console.log(`    canPlayType('application/vnd.apple.mpegurl') = '${support}'`);
+    const figure = page.getByTestId('native-player');
+    if (!support) {
+      assert(await figure.count() === 0, 'no native player where the browser has no HLS');
+      await page.getByText('does not play HLS natively').waitFor();
+      return;
+    }
+    const video = figure.locator('video');
+    const src = await video.getAttribute('src');
+    assert(src.startsWith(`${PLAYBACK_URL}/play/`) && src.endsWith('.m3u8'), `the native player plays the hls_url itself: ${src}`);
+    await eventually('the native player to load the stream', async () => {
+      await noPlayerError(figure, 'the native HLS player');
+      return (await figure.getAttribute('data-state')) === 'ready';
+    }, 30_000);
+    await playsFor(video, 1.0, 'native HLS playback');
+    await noPlayerError(figure, 'the native HLS player after playing');
+    await figure.scrollIntoViewIfNeeded();
+    await screenshot('video-native-hls');
   });
 
   await step('5. the endpoint shows the failed delivery with its status code 500', async () => {
@@ -428,6 +592,7 @@ try {
     });
     rmSync(long, { force: true });
     const op = JSON.parse(stdout).operation_id;
+    cancelledVideoId = JSON.parse(stdout).video_id;
     await nav('Operations').click();
     const row = page.locator(`tr[data-operation-id="${op}"]`);
     await row.waitFor();
@@ -441,6 +606,17 @@ try {
     await eventually('the operation to show cancelled', async () => (await row.getAttribute('data-operation-status')) === 'cancelled', 30_000);
     assert(await row.getByRole('button', { name: /Cancel/ }).count() === 0, 'no Cancel on a cancelled operation');
     await screenshot('operation-cancelled');
+  });
+
+  await step('a video that is not ready says why nothing plays (no player, no request to the playback service)', async () => {
+    const before = playbackRequests.length;
+    await page.goto(`${API_URL}/console/#/videos/${cancelledVideoId}`);
+    const notice = page.getByTestId('playback-unavailable');
+    await notice.waitFor();
+    assert(/cancelled/.test(await notice.innerText()), `the notice says why: ${await notice.innerText()}`);
+    assert(await page.getByTestId('hls-player').count() === 0, 'no player');
+    assert(playbackRequests.length === before, 'nothing asked of the playback service');
+    await screenshot('video-not-ready');
   });
 
   await step('an API error shows its problem title and detail, never a blank page', async () => {

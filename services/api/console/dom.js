@@ -159,3 +159,17 @@ export function secretPanel(title, secret, ondone) {
 }
 
 export const EVENT_TYPES = ['video.processing', 'video.ready', 'video.failed', 'video.cancelled', 'webhook_endpoint.disabled'];
+
+/**
+ * `value` if it is an absolute http(s) URL, else null: URLs from the api go
+ * into `href`/`src` only then (never `javascript:` or anything else).
+ */
+export function httpUrl(value) {
+  if (typeof value !== 'string' || !value) return null;
+  try {
+    const u = new URL(value);
+    return u.protocol === 'http:' || u.protocol === 'https:' ? u.href : null;
+  } catch {
+    return null;
+  }
+}

@@ -3,12 +3,20 @@
 //! talks to this same api with the API key the user pastes in.
 //!
 //! The assets are embedded in the binary with `include_str!`, so nothing is
-//! built or downloaded at run time. Every console response carries a strict
-//! Content-Security-Policy: scripts and styles only from this origin (no
-//! inline script or style), API calls only to this origin, and media (the
-//! presigned rendition and poster URLs) only from this origin and the
-//! storage endpoint the presigned URLs name (`s3.public_endpoint`, else
-//! `s3.endpoint`).
+//! built or downloaded at run time. That includes the one third-party file,
+//! hls.js (`console/vendor/hls.min.mjs`: `dist/hls.min.mjs` of the npm
+//! package pinned in `console/vendor/package-lock.json`, committed byte for
+//! byte; `scripts/console-test.sh` checks it against the package).
+//!
+//! Every console response carries a strict Content-Security-Policy: scripts
+//! and styles only from this origin (no inline script or style), API calls
+//! only to this origin and the playback service (`api.playback_base_url`,
+//! whose playlists and segments hls.js fetches), images only from this
+//! origin and the storage endpoint the presigned poster URLs name
+//! (`s3.public_endpoint`, else `s3.endpoint`), media from those two, the
+//! playback service (native HLS playback) and `blob:` (the MediaSource
+//! object URL hls.js gives the `<video>`). No worker: hls.js runs with
+//! `enableWorker: false`, so `worker-src` stays `'none'`.
 //!
 //! These are not API routes: `tests/openapi.rs` lists them as served on
 //! purpose without being in `/openapi.json`, like `/docs`.
@@ -48,16 +56,26 @@ const ASSETS: &[Asset] = &[
     asset!("events.js", JS),
     asset!("operations.js", JS),
     asset!("video.js", JS),
+    asset!("player.js", JS),
+    asset!("vendor/hls.min.mjs", JS),
+    asset!("vendor/LICENSE.hls.js", "text/plain; charset=utf-8"),
 ];
 
+/// Files of `console/` that are not served: the npm manifest and lock that
+/// pin hls.js (read by `scripts/console-test.sh`, not by browsers).
+#[cfg(test)]
+const NOT_SERVED: &[&str] = &["vendor/package.json", "vendor/package-lock.json"];
+
 /// Routes of the console: `/console` redirects to `/console/`, which serves
-/// the page; `/console/{file}` serves its scripts, style and icon.
+/// the page; `/console/{file}` serves its scripts, style and icon, and
+/// `/console/vendor/{file}` hls.js and its licence.
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/console")
             .route(web::get().to(|| async { HttpResponse::PermanentRedirect().insert_header((header::LOCATION, "/console/")).finish() })),
     )
     .service(web::resource("/console/").route(web::get().to(index)))
+    .service(web::resource("/console/vendor/{file}").route(web::get().to(vendor_file)))
     .service(web::resource("/console/{file}").route(web::get().to(file)));
 }
 
@@ -69,14 +87,19 @@ async fn file(state: web::Data<AppState>, path: web::Path<String>) -> HttpRespon
     serve(&state, &path)
 }
 
+async fn vendor_file(state: web::Data<AppState>, path: web::Path<String>) -> HttpResponse {
+    serve(&state, &format!("vendor/{path}"))
+}
+
 fn serve(state: &AppState, name: &str) -> HttpResponse {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
         return ApiError::new(codes::NOT_FOUND, format!("no console file `{name}`")).error_response();
     };
     let storage = storage_origin(state.settings.s3.public_endpoint.as_deref().unwrap_or(&state.settings.s3.endpoint));
+    let playback = storage_origin(&state.settings.api.playback_base_url);
     HttpResponse::Ok()
         .content_type(asset.content_type)
-        .insert_header((header::CONTENT_SECURITY_POLICY, content_security_policy(storage.as_deref())))
+        .insert_header((header::CONTENT_SECURITY_POLICY, content_security_policy(storage.as_deref(), playback.as_deref())))
         .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .insert_header((header::REFERRER_POLICY, "no-referrer"))
         .insert_header((header::X_FRAME_OPTIONS, "DENY"))
@@ -85,18 +108,34 @@ fn serve(state: &AppState, name: &str) -> HttpResponse {
         .body(asset.body)
 }
 
-/// The console's Content-Security-Policy; `storage` is the origin of presigned media URLs.
-pub fn content_security_policy(storage: Option<&str>) -> String {
-    let media = match storage {
-        Some(origin) => format!("'self' {origin}"),
-        None => "'self'".to_owned(),
+/// The console's Content-Security-Policy. `storage` is the origin of presigned
+/// media URLs (poster, MP4 downloads), `playback` the playback service's.
+pub fn content_security_policy(storage: Option<&str>, playback: Option<&str>) -> String {
+    let sources = |fixed: &str, origins: &[Option<&str>]| {
+        let mut list = fixed.to_owned();
+        for origin in origins.iter().flatten() {
+            if !list.split(' ').any(|s| s == *origin) {
+                list.push(' ');
+                list.push_str(origin);
+            }
+        }
+        list
     };
+    // hls.js fetches playlists and segments with XHR (connect-src) and plays
+    // them through a MediaSource whose object URL is a `blob:` (media-src);
+    // native HLS playback loads the playlist URL straight into <video>
+    // (media-src). Nothing else of the playback origin is allowed.
+    let connect = sources("'self'", &[playback]);
+    let img = sources("'self'", &[storage]);
+    let media = sources("'self'", &[storage, playback]);
     // Trusted Types with no policy: no string can reach an HTML or script sink
     // (innerHTML, document.write, eval…), so even a future careless line
-    // cannot turn api data into markup. The console only builds nodes.
+    // cannot turn api data into markup. The console only builds nodes. It
+    // also keeps workers out (hls.js would build its worker from a blob:
+    // URL; `default-src 'none'` refuses it anyway): hls.js runs on the page.
     format!(
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-         img-src {media}; media-src {media}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; \
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src {connect}; \
+         img-src {img}; media-src {media} blob:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; \
          require-trusted-types-for 'script'; trusted-types 'none'"
     )
 }
@@ -129,21 +168,55 @@ mod tests {
 
     #[test]
     fn the_policy_allows_no_inline_script() {
-        let csp = content_security_policy(Some("http://127.0.0.1:3900"));
+        let csp = content_security_policy(Some("http://127.0.0.1:3900"), Some("http://127.0.0.1:8090"));
         assert!(csp.contains("script-src 'self';"), "{csp}");
-        assert!(!csp.contains("unsafe-inline"), "{csp}");
-        assert!(csp.contains("media-src 'self' http://127.0.0.1:3900"), "{csp}");
+        assert!(!csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"), "{csp}");
         assert!(csp.contains("require-trusted-types-for 'script'; trusted-types 'none'"), "{csp}");
+        assert!(!csp.contains("worker-src"), "workers stay under default-src 'none': {csp}");
+    }
+
+    #[test]
+    fn the_policy_opens_only_what_playback_needs() {
+        let csp = content_security_policy(Some("http://127.0.0.1:3900"), Some("https://stream.example.com"));
+        // hls.js: XHR to the playback service, MediaSource through a blob: URL.
+        assert!(csp.contains("connect-src 'self' https://stream.example.com;"), "{csp}");
+        assert!(csp.contains("media-src 'self' http://127.0.0.1:3900 https://stream.example.com blob:;"), "{csp}");
+        // Images (the poster) only from storage; blob: nowhere but media-src.
+        assert!(csp.contains("img-src 'self' http://127.0.0.1:3900;"), "{csp}");
+        assert_eq!(csp.matches("blob:").count(), 1, "{csp}");
+        // No playback origin: nothing but this origin to connect to.
+        let csp = content_security_policy(None, None);
+        assert!(csp.contains("connect-src 'self';") && csp.contains("media-src 'self' blob:;"), "{csp}");
+        // The same origin twice is listed once.
+        let csp = content_security_policy(Some("http://127.0.0.1:3900"), Some("http://127.0.0.1:3900"));
+        assert!(csp.contains("media-src 'self' http://127.0.0.1:3900 blob:;"), "{csp}");
     }
 
     #[test]
     fn every_file_of_the_console_directory_is_embedded_once() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("console");
-        let mut on_disk: Vec<String> =
-            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        fn walk(dir: &std::path::Path, prefix: &str, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
+                if entry.file_type().unwrap().is_dir() {
+                    walk(&entry.path(), &format!("{name}/"), out);
+                } else if !NOT_SERVED.contains(&name.as_str()) {
+                    out.push(name);
+                }
+            }
+        }
+        let mut on_disk = Vec::new();
+        walk(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("console"), "", &mut on_disk);
         on_disk.sort_unstable();
         let mut embedded: Vec<String> = ASSETS.iter().map(|a| a.name.to_owned()).collect();
         embedded.sort_unstable();
         assert_eq!(embedded, on_disk, "add new console files to ASSETS (and nothing twice)");
+    }
+
+    #[test]
+    fn vendored_files_are_served_under_vendor_only() {
+        // `/console/vendor/{file}` looks up `vendor/{file}`; `/console/{file}`
+        // never matches a name with a `/`, so the two cannot shadow each other.
+        assert!(ASSETS.iter().filter(|a| a.name.contains('/')).all(|a| a.name.starts_with("vendor/") && a.name.matches('/').count() == 1));
     }
 }
