@@ -14,7 +14,9 @@
 //!
 //! Metric names in use (keep this list true):
 //! - `http_requests_total{method,route,status}`, `http_request_duration_seconds{method,route}`
-//!   (api, `vid_api::metrics`; `route` is the matched route pattern, `unmatched` if none)
+//!   (api, `vid_api::metrics`; playback, `vid_playback::metrics`, e.g. `route="/play/{pb}.m3u8"`;
+//!   `route` is the matched route pattern, `unmatched` if none)
+//! - `playback_cache_lookups_total{cache,outcome}` (playback: `cache` `id|manifest`, outcome `hit|miss`)
 //! - `amqp_messages_consumed_total{queue,outcome}` (every consumer; `queue` is the full queue
 //!   name, e.g. `vid.transcode.jobs`, or the transcoder's control exchange `vid.control` for
 //!   its server-named cancel queue; outcome `ack|requeue|reject`)

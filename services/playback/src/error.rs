@@ -1,0 +1,126 @@
+//! The playback service's one error type and its RFC 9457 answers.
+//!
+//! Every error is an `application/problem+json` body with a stable `code`,
+//! `Cache-Control: no-store` (a CDN must not keep an error: the video may be
+//! ready a second later) and the CORS header, so a player's script can read
+//! it. Details are generic on purpose: no answer names a tenant, a video,
+//! the bucket, a storage key or a storage error; those go to the log.
+//!
+//! | code | status | when |
+//! |---|---|---|
+//! | `not_found` | 404 | path outside the grammar, unknown or deleted playback ID, video not ready or without a stream, no such track or segment |
+//! | `playback_token_required` | 403 | the playback ID's policy is `signed` (tokens: issue 20) |
+//! | `range_not_satisfiable` | 416 | a `Range` starting past the object's end (`Content-Range: bytes */<size>`) |
+//! | `method_not_allowed` | 405 | not GET, HEAD or OPTIONS (`Allow` says which) |
+//! | `unavailable` | 503 | PostgreSQL or storage did not answer (`Retry-After: 1`) |
+//! | `internal` | 500 | a bug or a corrupt row |
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use vid_core::problem::{Problem, PROBLEM_JSON};
+
+/// Stable problem codes of this service (never change once published).
+pub mod codes {
+    /// 404.
+    pub const NOT_FOUND: &str = "not_found";
+    /// 403.
+    pub const PLAYBACK_TOKEN_REQUIRED: &str = "playback_token_required";
+    /// 416.
+    pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
+    /// 405.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// 503.
+    pub const UNAVAILABLE: &str = "unavailable";
+    /// 500.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// Every way a playback request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaybackError {
+    /// 404 `not_found`.
+    #[error("not found")]
+    NotFound,
+    /// 403 `playback_token_required`.
+    #[error("this playback ID is signed")]
+    TokenRequired,
+    /// 416 `range_not_satisfiable`; the object's size when known.
+    #[error("range not satisfiable")]
+    RangeNotSatisfiable(Option<u64>),
+    /// 405 `method_not_allowed`.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 503 `unavailable`: the message is logged, never sent.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// 500 `internal`: the message is logged, never sent.
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl PlaybackError {
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound => codes::NOT_FOUND,
+            Self::TokenRequired => codes::PLAYBACK_TOKEN_REQUIRED,
+            Self::RangeNotSatisfiable(_) => codes::RANGE_NOT_SATISFIABLE,
+            Self::MethodNotAllowed => codes::METHOD_NOT_ALLOWED,
+            Self::Unavailable(_) => codes::UNAVAILABLE,
+            Self::Internal(_) => codes::INTERNAL,
+        }
+    }
+
+    fn title_and_detail(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::NotFound => ("Not Found", "no playable stream at this address"),
+            Self::TokenRequired => ("Playback Token Required", "this playback ID needs a signed playback token"),
+            Self::RangeNotSatisfiable(_) => ("Range Not Satisfiable", "the requested range starts past the end of the object"),
+            Self::MethodNotAllowed => ("Method Not Allowed", "only GET, HEAD and OPTIONS are served"),
+            Self::Unavailable(_) => ("Service Unavailable", "a dependency did not answer; retry shortly"),
+            Self::Internal(_) => ("Internal Server Error", "an unexpected error occurred"),
+        }
+    }
+}
+
+impl ResponseError for PlaybackError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            Self::NotFound => StatusCode::NOT_FOUND,
+            Self::TokenRequired => StatusCode::FORBIDDEN,
+            Self::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            Self::Unavailable(m) => tracing::warn!(error = %m, "answering 503"),
+            Self::Internal(m) => tracing::error!(error = %m, "answering 500"),
+            _ => {}
+        }
+        let status = self.status_code();
+        let (title, detail) = self.title_and_detail();
+        let body = Problem::new(status.as_u16(), self.code(), title).with_detail(detail);
+        let mut res = HttpResponse::build(status);
+        res.insert_header((header::CONTENT_TYPE, PROBLEM_JSON)).insert_header((header::CACHE_CONTROL, "no-store"));
+        match self {
+            Self::RangeNotSatisfiable(Some(size)) => {
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    res.insert_header((header::CONTENT_RANGE, v));
+                }
+            }
+            Self::MethodNotAllowed => {
+                res.insert_header((header::ALLOW, "GET, HEAD, OPTIONS"));
+            }
+            Self::Unavailable(_) => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            _ => {}
+        }
+        res.body(serde_json::to_vec(&body).unwrap_or_default())
+    }
+}

@@ -1,0 +1,259 @@
+//! The routes. No API key anywhere: a public playback ID is the capability.
+//!
+//! ```text
+//! GET|HEAD /play/{pb}.m3u8                  master playlist, URIs mapped under {pb}/
+//! GET|HEAD /play/{pb}.mpd                   MPD, segment templates mapped under {pb}/
+//! GET|HEAD /play/{pb}/{track}/{file}        index.m3u8 | init.mp4 | seg-NNNNN.m4s
+//! OPTIONS  /play/…                          CORS preflight (GET, HEAD; Range allowed)
+//! GET      /healthz, /readyz, /metrics
+//! ```
+//!
+//! Every request for a playback resource: strict path grammar ([`crate::paths`])
+//! → the playback ID looked up ([`resolve`]: row + video `ready` + a stream;
+//! cached for `lookup_cache_ms`) → `403` for a `signed` ID → the object.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use vid_core::messages::StreamOutputs;
+use vid_core::playback::PlaybackPolicy;
+use vid_core::PlaybackId;
+use vid_db::RunQueryDsl;
+
+use crate::cache::Manifest;
+use crate::error::PlaybackError;
+use crate::paths::{self, RootFile, TrackFile};
+use crate::rewrite::{self, UriMapper};
+use crate::state::AppState;
+use crate::storage::{self, MediaRequest};
+use crate::store::{self, Entry};
+
+/// HLS playlists' media type (RFC 8216 §4).
+pub const HLS_TYPE: &str = "application/vnd.apple.mpegurl";
+/// DASH MPD media type (ISO/IEC 23009-1 Annex C).
+pub const DASH_TYPE: &str = "application/dash+xml";
+/// Headers a cross-origin player may send (the preflight's answer).
+pub const ALLOWED_REQUEST_HEADERS: &str = "Range, If-None-Match, If-Modified-Since, If-Range";
+/// Headers a cross-origin player may read.
+pub const EXPOSED_HEADERS: &str = "Content-Length, Content-Range, Accept-Ranges, ETag";
+
+/// Registers every route.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(playback_resource("/play/{pb}.m3u8", root_m3u8))
+        .service(playback_resource("/play/{pb}.mpd", root_mpd))
+        .service(playback_resource("/play/{pb}/{track}/{file}", track_file))
+        .service(web::resource("/healthz").route(web::get().to(healthz)))
+        .service(web::resource("/readyz").route(web::get().to(readyz)))
+        .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)));
+}
+
+fn playback_resource<F, Args>(path: &str, handler: F) -> actix_web::Resource
+where
+    F: actix_web::Handler<Args> + Clone,
+    Args: actix_web::FromRequest + 'static,
+    F::Output: actix_web::Responder + 'static,
+{
+    web::resource(path)
+        .route(web::get().to(handler.clone()))
+        .route(web::head().to(handler))
+        .route(web::route().method(actix_web::http::Method::OPTIONS).to(preflight))
+        .default_service(web::to(|| async { PlaybackError::MethodNotAllowed.error_response() }))
+}
+
+/// The answer to a path no route matches.
+pub async fn not_found() -> HttpResponse {
+    PlaybackError::NotFound.error_response()
+}
+
+/// CORS preflight: any origin may GET/HEAD with `Range` and conditionals.
+async fn preflight() -> HttpResponse {
+    HttpResponse::NoContent()
+        .insert_header((header::ACCESS_CONTROL_ALLOW_METHODS, "GET, HEAD, OPTIONS"))
+        .insert_header((header::ACCESS_CONTROL_ALLOW_HEADERS, ALLOWED_REQUEST_HEADERS))
+        .insert_header((header::ACCESS_CONTROL_MAX_AGE, "86400"))
+        .insert_header((header::CACHE_CONTROL, "public, max-age=86400"))
+        .finish()
+}
+
+async fn root_m3u8(req: HttpRequest, state: web::Data<AppState>, pb: web::Path<String>) -> Result<HttpResponse, PlaybackError> {
+    root(&req, &state, &format!("{pb}.m3u8")).await
+}
+
+async fn root_mpd(req: HttpRequest, state: web::Data<AppState>, pb: web::Path<String>) -> Result<HttpResponse, PlaybackError> {
+    root(&req, &state, &format!("{pb}.mpd")).await
+}
+
+async fn root(req: &HttpRequest, state: &AppState, file: &str) -> Result<HttpResponse, PlaybackError> {
+    let (id, kind) = paths::root(file).ok_or(PlaybackError::NotFound)?;
+    let entry = resolve(state, &id).await?;
+    let stream = playable(&entry)?;
+    let prefix = format!("{id}/");
+    let mapper = UriMapper::under(&prefix);
+    match kind {
+        RootFile::HlsMaster => manifest(req, state, &stream.hls_master_key, ManifestKind::Hls, HLS_TYPE, mapper).await,
+        RootFile::DashMpd => manifest(req, state, &stream.dash_manifest_key, ManifestKind::Dash, DASH_TYPE, mapper).await,
+    }
+}
+
+async fn track_file(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, PlaybackError> {
+    let (pb, track, file) = path.into_inner();
+    let id = paths::playback_id(&pb).ok_or(PlaybackError::NotFound)?;
+    let track = paths::track(&track).ok_or(PlaybackError::NotFound)?;
+    let file = paths::track_file(&file).ok_or(PlaybackError::NotFound)?;
+    let entry = resolve(&state, &id).await?;
+    let stream = playable(&entry)?;
+    let key = object_key(stream, track, file);
+    match file {
+        TrackFile::MediaPlaylist => manifest(&req, &state, &key, ManifestKind::Hls, HLS_TYPE, UriMapper::same_directory()).await,
+        TrackFile::Init | TrackFile::Segment(_) => {
+            let headers = req.headers();
+            let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).filter(|v| storage::single_byte_range(v));
+            let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok());
+            let content_type = if track == paths::AUDIO_TRACK { "audio/mp4" } else { "video/mp4" };
+            let request = MediaRequest { key: &key, range, if_none_match, content_type, cache_control: &state.media_cache_control };
+            storage::media(&state.s3, &state.settings.s3.bucket, request).await
+        }
+    }
+}
+
+/// The storage key of `file` of `track` in `stream` (the transcoder's layout:
+/// `<prefix><track>/<file>`).
+pub fn object_key(stream: &StreamOutputs, track: &str, file: TrackFile) -> String {
+    format!("{}{track}/{}", stream.prefix, file.file_name())
+}
+
+/// The playback ID's entry, from the lookup cache or PostgreSQL. Errors:
+/// `NotFound` (no such ID), `TokenRequired` (a `signed` ID: checked before
+/// the video's state, so a signed ID reveals nothing without a token),
+/// `Unavailable`, `Internal`.
+pub async fn resolve(state: &AppState, id: &PlaybackId) -> Result<Arc<Entry>, PlaybackError> {
+    let cached = state.lookups.get(id.as_str());
+    crate::metrics::cache_lookup("id", cached.is_some());
+    let entry = match cached {
+        Some(entry) => entry,
+        None => {
+            let at = Instant::now();
+            let entry = store::lookup(&state.db, id).await?.map(Arc::new);
+            state.lookups.put(id.as_str(), entry.clone(), at);
+            entry
+        }
+    };
+    let entry = entry.ok_or(PlaybackError::NotFound)?;
+    match entry.policy {
+        PlaybackPolicy::Public => Ok(entry),
+        // Issue 20 verifies a JWT here; until then a signed ID plays nowhere.
+        PlaybackPolicy::Signed => Err(PlaybackError::TokenRequired),
+    }
+}
+
+fn playable(entry: &Entry) -> Result<&StreamOutputs, PlaybackError> {
+    entry.stream.as_ref().ok_or(PlaybackError::NotFound)
+}
+
+#[derive(Clone, Copy)]
+enum ManifestKind {
+    Hls,
+    Dash,
+}
+
+/// Serves manifest `key` with its URIs mapped by `mapper`; the object comes
+/// from the manifest cache or storage. `ETag`: the stored object's, plus
+/// `-m` when the body was rewritten (the rewrite depends on the URL only,
+/// so every replica derives the same tag); `If-None-Match` → `304`.
+async fn manifest(
+    req: &HttpRequest,
+    state: &AppState,
+    key: &str,
+    kind: ManifestKind,
+    content_type: &'static str,
+    mapper: UriMapper<'_>,
+) -> Result<HttpResponse, PlaybackError> {
+    let cached = state.manifests.get(key);
+    crate::metrics::cache_lookup("manifest", cached.is_some());
+    let object = match cached {
+        Some(m) => m,
+        None => {
+            let m: Arc<Manifest> = Arc::new(storage::manifest(&state.s3, &state.settings.s3.bucket, key).await?);
+            state.manifests.put(key, m.clone());
+            m
+        }
+    };
+    let (body, etag) = if mapper.is_identity() {
+        (object.body.clone(), object.etag.clone())
+    } else {
+        let text = std::str::from_utf8(&object.body).map_err(|_| PlaybackError::Internal(format!("manifest {key} is not UTF-8")))?;
+        let mapped = match kind {
+            ManifestKind::Hls => rewrite::hls(text, &mapper),
+            ManifestKind::Dash => rewrite::mpd(text, &mapper),
+        };
+        let etag = object.etag.as_deref().map(|t| format!("\"{}-m\"", t.trim_start_matches("W/").trim_matches('"')));
+        (bytes::Bytes::from(mapped), etag)
+    };
+    let not_modified = match (&etag, req.headers().get(header::IF_NONE_MATCH)) {
+        (Some(tag), Some(inm)) => etag_matches(inm, tag),
+        _ => false,
+    };
+    let mut res = if not_modified { HttpResponse::NotModified() } else { HttpResponse::Ok() };
+    res.insert_header((header::CACHE_CONTROL, state.manifest_cache_control.to_string()));
+    if let Some(tag) = etag.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
+        res.insert_header((header::ETAG, tag));
+    }
+    if not_modified {
+        return Ok(res.finish());
+    }
+    Ok(res.content_type(content_type).body(body))
+}
+
+/// `If-None-Match` (a list, `*`, weak tags) against `etag` (weak comparison, RFC 9110 §13.1.2).
+pub fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
+    let Ok(value) = if_none_match.to_str() else { return false };
+    let bare = |t: &str| t.trim().trim_start_matches("W/").to_owned();
+    let want = bare(etag);
+    value.split(',').any(|t| t.trim() == "*" || bare(t) == want)
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({"status": "ok"}))
+}
+
+/// How long each readiness check (database, bucket) may take.
+pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// `/readyz`: PostgreSQL answers `SELECT 1` and the bucket `HeadBucket`,
+/// each within [`READINESS_CHECK_TIMEOUT`]; `503` with the same body otherwise.
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let db = async {
+        match state.db.get().await {
+            Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
+            Err(_) => false,
+        }
+    };
+    let storage = async { state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok() };
+    let (db_ok, storage_ok) = futures::join!(async { tokio::time::timeout(READINESS_CHECK_TIMEOUT, db).await.unwrap_or(false) }, async {
+        tokio::time::timeout(READINESS_CHECK_TIMEOUT, storage).await.unwrap_or(false)
+    },);
+    let body = serde_json::json!({"database": db_ok, "storage": storage_ok});
+    let mut res = if db_ok && storage_ok { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
+    res.insert_header((header::CACHE_CONTROL, "no-store")).json(body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_compares_weakly_and_takes_lists() {
+        let v = |s: &'static str| HeaderValue::from_static(s);
+        assert!(etag_matches(&v("\"abc\""), "\"abc\""));
+        assert!(etag_matches(&v("W/\"abc\""), "\"abc\""));
+        assert!(etag_matches(&v("\"x\", \"abc\""), "\"abc\""));
+        assert!(etag_matches(&v("*"), "\"abc\""));
+        assert!(!etag_matches(&v("\"abcd\""), "\"abc\""));
+    }
+}

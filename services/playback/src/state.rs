@@ -1,0 +1,25 @@
+//! What every request handler shares.
+
+use std::sync::Arc;
+
+use crate::cache::{LookupCache, ManifestCache};
+use crate::Settings;
+
+/// Shared state (cheap to clone).
+#[derive(Clone)]
+pub struct AppState {
+    /// PostgreSQL, read only.
+    pub db: vid_db::Pool,
+    /// The media bucket's client (reads only).
+    pub s3: aws_sdk_s3::Client,
+    /// Recent playback-ID lookups.
+    pub lookups: Arc<LookupCache>,
+    /// Manifest objects.
+    pub manifests: Arc<ManifestCache>,
+    /// `Cache-Control` of manifests: `public, max-age=<manifest_max_age_seconds>`.
+    pub manifest_cache_control: Arc<str>,
+    /// `Cache-Control` of media: `public, max-age=<media_max_age_seconds>, immutable`.
+    pub media_cache_control: Arc<str>,
+    /// The settings.
+    pub settings: Arc<Settings>,
+}
