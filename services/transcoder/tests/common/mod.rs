@@ -20,6 +20,7 @@ pub fn ffmpeg(args: &[&str]) {
 }
 
 /// `ffprobe -show_streams -show_format` as JSON (of a file or a URL).
+#[allow(unused_imports)] // not every test file probes
 pub use vid_testkit::stream::ffprobe;
 
 /// The top-level MP4 atoms in file order.
