@@ -4,7 +4,10 @@
 #   2. upload a real video with vidctl, in parallel parts straight to storage;
 #   3. wait for the transcode; then wait until the receiver has verified and
 #      applied the `video.ready` webhook for THIS video; print it and where the
-#      renditions are.
+#      renditions are;
+#   4. print the video's stable playback URLs (`hls_url`, `dash_url` of its
+#      public playback ID, from GET /videos/{id}) and check that the playback
+#      service answers the master playlist with 200 and no API key.
 # Usage: scripts/demo.sh [VIDEO]     (default: Big Buck Bunny, looped 8× and re-encoded
 #                                     at ~4.4 Mbit/s: ~23 MB in 42 s, so 2 parts of the
 #                                     api's 16 MiB part size)
@@ -253,5 +256,29 @@ $VIDCTL --json events get "$ready_event" || die "vidctl events get $ready_event 
 step "4. renditions (storage keys and time-limited download URLs)"
 video_json=$($VIDCTL --json videos get "$video_id") || die "vidctl videos get $video_id failed"
 renditions_table "$video_json" || die "video $video_id shows no renditions: $video_json"
+
+step "4. stable playback URLs (no API key needed)"
+# playback_urls JSON: "<hls_url> <dash_url>" of the first public playback ID.
+playback_urls() {
+    python3 -c '
+import json, sys
+v = json.loads(sys.argv[1])
+ids = [p for p in v.get("playback_ids") or [] if p.get("policy") == "public"]
+if ids:
+    print(ids[0]["hls_url"], ids[0]["dash_url"])' "$1"
+}
+read -r hls_url dash_url <<<"$(playback_urls "$video_json")" || true
+[ -n "${hls_url:-}" ] || die "video $video_id lists no public playback ID with an hls_url: $video_json"
+echo "hls_url   $hls_url"
+echo "dash_url  $dash_url"
+master=$(curl -sS --max-time 10 -w '\n%{http_code}' "$hls_url") || die "GET $hls_url failed (is the playback service up? make status; log .local/logs/playback.log)"
+code=${master##*$'\n'}
+[ "$code" = 200 ] || die "GET $hls_url (no API key) answered $code, not 200: ${master%$'\n'*}"
+case "$master" in '#EXTM3U'*) ;; *) die "GET $hls_url did not answer an HLS playlist: ${master%$'\n'*}" ;; esac
+variants=$(grep -c '^#EXT-X-STREAM-INF' <<<"$master" || true)
+echo "GET $hls_url without a key: 200, a master playlist with $variants rung(s)"
+dash_code=$(curl -sS --max-time 10 -o /dev/null -w '%{http_code}' "$dash_url") || die "GET $dash_url failed"
+[ "$dash_code" = 200 ] || die "GET $dash_url (no API key) answered $dash_code, not 200"
+echo "GET $dash_url without a key: 200"
 echo
-echo "demo OK: video $video_id is ready and its video.ready webhook ($ready_event) was applied; receiver log: $RECEIVER_LOG; stop everything with 'make down'"
+echo "demo OK: video $video_id is ready, plays at $hls_url, and its video.ready webhook ($ready_event) was applied; receiver log: $RECEIVER_LOG; stop everything with 'make down'"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the vid service binaries in the background against the local stack.
 #
-#   scripts/services.sh start [debug|release]   start api (waits for /healthz), transcoder, webhook-dispatcher
+#   scripts/services.sh start [debug|release]   start api (waits for /healthz), playback (waits for /healthz),
+#                                               transcoder, webhook-dispatcher
 #   scripts/services.sh stop                    SIGTERM, up to 20 s grace, then SIGKILL
 #   scripts/services.sh status                  one line per service
 #   scripts/services.sh restart NAME [debug|release]
@@ -9,7 +10,8 @@
 # Binaries come from target/<profile>/ unless BIN_DIR is set.  Each service runs
 # from the repo root with .local/stack.env sourced and VID_PROFILE=development;
 # logs go to .local/logs/NAME.log, pids to .local/pids/NAME.pid.
-# Environment knobs: BIN_DIR, VID_API_PORT (default 8080), API_HEALTH_TIMEOUT (30 s).
+# Environment knobs: BIN_DIR, VID_API_PORT (default 8080), VID_PLAYBACK_PORT (default 8090, the
+# playback service's [playback] listen port), API_HEALTH_TIMEOUT (30 s, also the playback's).
 set -Eeuo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,8 +20,9 @@ LOGS="$LOCAL/logs"
 PIDS="$LOCAL/pids"
 ENV_FILE="$LOCAL/stack.env"
 PROFILE_FILE="$PIDS/services.profile"
-SERVICES=(api transcoder webhook-dispatcher)   # start order; stop runs in reverse
+SERVICES=(api playback transcoder webhook-dispatcher)   # start order; stop runs in reverse
 API_PORT="${VID_API_PORT:-8080}"
+PLAYBACK_PORT="${VID_PLAYBACK_PORT:-8090}"
 API_HEALTH_TIMEOUT="${API_HEALTH_TIMEOUT:-30}"
 STOP_TIMEOUT=20
 
@@ -53,6 +56,7 @@ clean_stale() {
 
 port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 api_healthy() { curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$API_PORT/healthz" 2>/dev/null; }
+playback_healthy() { curl -fsS -o /dev/null --max-time 2 "http://127.0.0.1:$PLAYBACK_PORT/healthz" 2>/dev/null; }
 
 # set_profile [debug|release]: sets PROFILE; default is the profile of the last start.
 set_profile() {
@@ -120,6 +124,7 @@ start_one() {   # start_one NAME BIN_DIR
         # shellcheck disable=SC1090
         . "$ENV_FILE"
         export VID_PROFILE=development
+        export VID__PLAYBACK__LISTEN="${VID__PLAYBACK__LISTEN:-127.0.0.1:$PLAYBACK_PORT}"
         # setsid: own process group, so stop can signal the service and its children.
         exec setsid "$bin" >>"$log" 2>&1 </dev/null
     ) &
@@ -150,6 +155,26 @@ wait_api_healthy() {
         sleep 0.5
     done
     say api "healthy (http://127.0.0.1:$API_PORT/healthz)"
+}
+
+# wait_playback_healthy: the playback service answers /healthz once PostgreSQL
+# holds its table (it waits for the api's migrations, bounded) and it listens.
+wait_playback_healthy() {
+    local deadline=$((SECONDS + API_HEALTH_TIMEOUT))
+    until playback_healthy; do
+        if ! running playback >/dev/null || (( SECONDS >= deadline )); then
+            local why="not healthy after ${API_HEALTH_TIMEOUT}s"
+            if ! running playback >/dev/null; then
+                why="exited before becoming healthy"
+                rm -f "$(pid_file playback)"
+            fi
+            echo "---- last 20 lines of .local/logs/playback.log ----" >&2
+            tail -n 20 "$LOGS/playback.log" >&2 || true
+            die "playback $why (http://127.0.0.1:$PLAYBACK_PORT/healthz); stop leftovers with: scripts/services.sh stop"
+        fi
+        sleep 0.5
+    done
+    say playback "healthy (http://127.0.0.1:$PLAYBACK_PORT/healthz)"
 }
 
 # stop_many NAME...: SIGTERM all, wait up to STOP_TIMEOUT s in total, SIGKILL survivors.
@@ -201,10 +226,14 @@ start_services() {   # start_services PROFILE NAME...
     if [[ " $* " == *" api "* ]] && ! running api >/dev/null && port_open "$API_PORT"; then
         die "127.0.0.1:$API_PORT is already in use by a process services.sh did not start; stop it or set VID_API_PORT"
     fi
+    if [[ " $* " == *" playback "* ]] && ! running playback >/dev/null && port_open "$PLAYBACK_PORT"; then
+        die "127.0.0.1:$PLAYBACK_PORT is already in use by a process services.sh did not start; stop it or set VID_PLAYBACK_PORT"
+    fi
     echo "$profile" >"$PROFILE_FILE"
     for name in "$@"; do
         start_one "$name" "$dir"
         [ "$name" = api ] && wait_api_healthy
+        [ "$name" = playback ] && wait_playback_healthy
     done
     return 0
 }
@@ -216,6 +245,9 @@ cmd_status() {
             if [ "$name" = api ]; then
                 if api_healthy; then say api "running (pid $pid, healthy)"
                 else say api "running (pid $pid, /healthz NOT answering)"; rc=1; fi
+            elif [ "$name" = playback ]; then
+                if playback_healthy; then say playback "running (pid $pid, healthy, http://127.0.0.1:$PLAYBACK_PORT/play/)"
+                else say playback "running (pid $pid, /healthz NOT answering)"; rc=1; fi
             else
                 say "$name" "running (pid $pid)"
             fi
@@ -239,7 +271,7 @@ case "${1:-}" in
         set_profile "${2:-}"
         start_services "$PROFILE" "${SERVICES[@]}" ;;
     stop)
-        stop_many webhook-dispatcher transcoder api ;;
+        stop_many webhook-dispatcher transcoder playback api ;;
     status)
         cmd_status || exit 1 ;;
     restart)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make up`, after the infrastructure is running and the binaries are built:
-# migrate, configure the bucket, start the three services, and make sure a
+# migrate, configure the bucket, start the four services, and make sure a
 # development tenant and its API key (.local/api-key) exist. Idempotent.
 set -Eeuo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,4 +27,4 @@ else
     chmod 600 .local/api-key
     echo "created a development tenant; its API key is in .local/api-key"
 fi
-echo "api: http://127.0.0.1:$PORT   logs: .local/logs/   stop with: make down"
+echo "api: http://127.0.0.1:$PORT   playback: http://127.0.0.1:${VID_PLAYBACK_PORT:-8090}/play/   logs: .local/logs/   stop with: make down"

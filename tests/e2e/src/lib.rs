@@ -1,5 +1,5 @@
-//! Harness for end-to-end tests: runs the real `api`, `transcoder` and
-//! `webhook-dispatcher` binaries (built by `cargo build --bins`) against the
+//! Harness for end-to-end tests: runs the real `api`, `playback`, `transcoder`
+//! and `webhook-dispatcher` binaries (built by `cargo build --bins`) against the
 //! local stack, each test with its own database and RabbitMQ prefix, and a
 //! recording webhook receiver on loopback.
 
@@ -28,10 +28,13 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// One running platform: three child processes sharing a fresh database and prefix.
+/// One running platform: four child processes sharing a fresh database and prefix.
 pub struct Stack {
     /// `http://127.0.0.1:<port>`
     pub api_url: String,
+    /// The playback service: `http://127.0.0.1:<port>` (also the api's
+    /// `playback_base_url`, so `hls_url`s point at it).
+    pub playback_url: String,
     /// An API key of a fresh tenant.
     pub api_key: String,
     /// The database URL.
@@ -42,11 +45,12 @@ pub struct Stack {
 }
 
 impl Stack {
-    /// The environment of the three services (test profile, `database_url`,
+    /// The environment of the four services (test profile, `database_url`,
     /// queue `prefix`, free loopback ports, `extra_env` last so it overrides),
     /// with logs in `log_dir`; nothing started yet.
     fn configure(database_url: String, prefix: String, log_dir: PathBuf, extra_env: &[(&str, &str)]) -> Stack {
         let port = free_port();
+        let playback_port = free_port();
         let root = vid_testkit::repo_root();
         std::fs::create_dir_all(&log_dir).unwrap();
         let mut env: Vec<(String, String)> = vid_testkit::stack_env().into_iter().collect();
@@ -59,14 +63,24 @@ impl Stack {
             ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
             ("VID__TRANSCODER__WORK_DIR".into(), std::env::temp_dir().join(format!("vid-{prefix}")).display().to_string()),
             ("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+            ("VID__PLAYBACK__LISTEN".into(), format!("127.0.0.1:{playback_port}")),
+            ("VID__API__PLAYBACK_BASE_URL".into(), format!("http://127.0.0.1:{playback_port}")),
         ]);
         for (k, v) in extra_env {
             env.push(((*k).into(), (*v).into()));
         }
-        Stack { api_url: format!("http://127.0.0.1:{port}"), api_key: String::new(), database_url, env, children: HashMap::new(), log_dir }
+        Stack {
+            api_url: format!("http://127.0.0.1:{port}"),
+            playback_url: format!("http://127.0.0.1:{playback_port}"),
+            api_key: String::new(),
+            database_url,
+            env,
+            children: HashMap::new(),
+            log_dir,
+        }
     }
 
-    /// Starts the three services and creates a tenant. `extra_env` overrides settings
+    /// Starts the four services and creates a tenant. `extra_env` overrides settings
     /// (`VID__SECTION__KEY`).
     pub async fn start(extra_env: &[(&str, &str)]) -> Stack {
         let database_url = vid_testkit::fresh_database().await;
@@ -74,7 +88,7 @@ impl Stack {
         let log_dir = vid_testkit::repo_root().join(".local/test-logs").join(&prefix);
         let mut stack = Stack::configure(database_url, prefix, log_dir, extra_env);
         stack.api_key = stack.create_tenant("e2e");
-        for name in ["api", "transcoder", "webhook-dispatcher"] {
+        for name in ["api", "playback", "transcoder", "webhook-dispatcher"] {
             stack.spawn(name);
         }
         stack.wait_healthy().await;
@@ -114,14 +128,16 @@ impl Stack {
     }
 
     async fn wait_healthy(&self) {
-        let client = vid_client::Client::new(&self.api_url, &self.api_key);
-        for _ in 0..150 {
-            if client.raw(vid_client::HttpMethod::GET, "/healthz", None).await.is_ok() {
-                return;
+        'services: for (name, url) in [("api", &self.api_url), ("playback", &self.playback_url)] {
+            let client = vid_client::Client::new(url, &self.api_key);
+            for _ in 0..150 {
+                if client.raw(vid_client::HttpMethod::GET, "/healthz", None).await.is_ok() {
+                    continue 'services;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            panic!("{name} did not become healthy; see {}", self.log_dir.display());
         }
-        panic!("api did not become healthy; see {}", self.log_dir.display());
     }
 
     /// An SDK client for the tenant.
@@ -375,12 +391,12 @@ pub fn free_local_port() -> u16 {
 }
 
 impl Stack {
-    /// Starts one more replica of service `name` (`api`, `transcoder` or
-    /// `webhook-dispatcher`) on the stack's database and prefix, under the key
+    /// Starts one more replica of service `name` (`api`, `playback`,
+    /// `transcoder` or `webhook-dispatcher`) on the stack's database and prefix, under the key
     /// `replica` (for [`Stack::pid`], [`Stack::kill`], [`Stack::terminate`];
     /// log in `<replica>.log`), with its own listen port (and work dir).
     /// Returns the replica's HTTP address: `http://127.0.0.1:<port>` of the
-    /// api, or of the worker's health server (`/healthz`, `/readyz`, `/metrics`).
+    /// api or the playback service, or of the worker's health server (`/healthz`, `/readyz`, `/metrics`).
     pub fn spawn_replica(&mut self, name: &'static str, replica: &'static str) -> String {
         let port = free_port();
         let overrides: Vec<(String, String)> = match name {
@@ -393,6 +409,7 @@ impl Stack {
                 ),
             ],
             "webhook-dispatcher" => vec![("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{port}"))],
+            "playback" => vec![("VID__PLAYBACK__LISTEN".into(), format!("127.0.0.1:{port}"))],
             other => panic!("no such service: {other}"),
         };
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_dir.join(format!("{replica}.log"))).unwrap();
