@@ -65,3 +65,7 @@ images: ## the service images from deploy/Dockerfile with Podman (base images ma
 container-test: build images ## the images and the k8s manifests (podman kube play) run against the local stack
 	scripts/container-test.sh
 	scripts/kube-test.sh
+
+.PHONY: compose-test
+compose-test: build images ## deploy/docker-compose.yml with podman-compose (host network, ports 28xxx, local stand-ins): upload to signed webhook, then down
+	scripts/compose-test.sh
