@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Playback service throughput (issue 19): wrk against the master playlist and
+# a media playlist served by `playback`, and against nginx serving the same
+# stored bytes from disk on loopback, in the same run; prints req/s, p99 and
+# the ratio playback/nginx (goal >= 50 %). Plus one media segment through
+# both, and the proxy-vs-redirect figure: a segment proxied by playback
+# against the same object fetched straight from Garage (what a redirect to a
+# presigned URL would cost after its extra round trip). No time is asserted.
+#
+#   scripts/bench-playback.sh            (make bench runs it; needs .local/stack.env)
+# Knobs: DURATION (wrk seconds per URL, 10), CONNECTIONS (32), THREADS (2),
+#        BIN_DIR (target/release), API_BIN ($BIN_DIR/api, for `api migrate`),
+#        SEGMENTS_CURL (sequential fetches, 200).
+# Needs: wrk and nginx (apt-get install wrk nginx-light; installed here if missing),
+#        ffmpeg, psql, curl >= 7.75 (--aws-sigv4).
+set -Eeuo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck disable=SC1091
+source .local/stack.env
+DURATION="${DURATION:-10}"
+CONNECTIONS="${CONNECTIONS:-32}"
+THREADS="${THREADS:-2}"
+BIN_DIR="${BIN_DIR:-target/release}"
+SEGMENTS_CURL="${SEGMENTS_CURL:-200}"
+die() { echo "bench-playback: $*" >&2; exit 1; }
+
+for tool in wrk nginx; do
+    command -v "$tool" >/dev/null || command -v "/usr/sbin/$tool" >/dev/null || {
+        echo "bench-playback: installing $tool (apt)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$([ "$tool" = nginx ] && echo nginx-light || echo wrk)" >/dev/null
+    }
+done
+NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
+API_BIN="${API_BIN:-$BIN_DIR/api}"   # only for `api migrate` of the scratch database
+[ -x "$BIN_DIR/playback" ] || die "$BIN_DIR/playback missing (cargo build --release --bins)"
+[ -x "$API_BIN" ] || die "$API_BIN missing (cargo build --release --bins)"
+
+WORK="$(mktemp -d /tmp/vid-bench-playback.XXXXXX)"
+chmod 755 "$WORK"   # nginx workers (nobody when started by root) read the stream here
+PIDS=()
+cleanup() {
+    local p; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [ -n "${DB:-}" ] && psql -q "$SERVER/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { local i; for i in $(seq 1 300); do curl -fs -o /dev/null "$1" && return 0; sleep 0.1; done; die "$1 never answered"; }
+
+# 1. A real stream in the transcoder's layout: 60 s, 2 rungs + audio, 4 s CMAF segments.
+STREAM="$WORK/stream"
+mkdir -p "$STREAM"/{360p,180p,audio}
+hls() {   # hls TRACK INPUT...
+    local track="$1"; shift
+    (cd "$STREAM" && ffmpeg -hide_banner -loglevel error -y "$@" -f hls -hls_time 4 -hls_playlist_type vod \
+        -hls_segment_type fmp4 -hls_fmp4_init_filename init.mp4 -start_number 1 \
+        -hls_segment_filename "$track/seg-%05d.m4s" "$track/index.m3u8")
+}
+hls 360p -f lavfi -i testsrc2=size=640x360:rate=25 -t 60 -an -c:v libx264 -preset veryfast -g 100 -keyint_min 100 -sc_threshold 0 -b:v 800k
+hls 180p -f lavfi -i testsrc2=size=320x180:rate=25 -t 60 -an -c:v libx264 -preset veryfast -g 100 -keyint_min 100 -sc_threshold 0 -b:v 250k
+hls audio -f lavfi -i sine=frequency=440:sample_rate=48000 -t 60 -c:a aac -b:a 64k
+cat >"$STREAM/master.m3u8" <<'M3U8'
+#EXTM3U
+#EXT-X-VERSION:7
+#EXT-X-INDEPENDENT-SEGMENTS
+#EXT-X-MEDIA:TYPE=AUDIO,GROUP-ID="audio",NAME="Audio",DEFAULT=YES,AUTOSELECT=YES,CHANNELS="1",URI="audio/index.m3u8"
+#EXT-X-STREAM-INF:BANDWIDTH=950000,AVERAGE-BANDWIDTH=880000,CODECS="avc1.64001e,mp4a.40.2",RESOLUTION=640x360,FRAME-RATE=25.000,AUDIO="audio"
+360p/index.m3u8
+#EXT-X-STREAM-INF:BANDWIDTH=350000,AVERAGE-BANDWIDTH=320000,CODECS="avc1.64000d,mp4a.40.2",RESOLUTION=320x180,FRAME-RATE=25.000,AUDIO="audio"
+180p/index.m3u8
+M3U8
+SEGMENT=360p/seg-00005.m4s
+echo "stream: $(find "$STREAM" -type f | wc -l) objects, media playlist $(wc -c <"$STREAM/360p/index.m3u8") B, master $(wc -c <"$STREAM/master.m3u8") B, segment $(wc -c <"$STREAM/$SEGMENT") B"
+
+# 2. A scratch database (migrated by the api binary) and the objects in Garage.
+SERVER="${VID__DATABASE__URL%/*}"
+DB="vidbench_playback_$$"
+psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB" >/dev/null
+export VID__DATABASE__URL="$SERVER/$DB" VID_PROFILE=development
+"$API_BIN" migrate >/dev/null
+TENANT="ten_bench$(date +%s)"
+VIDEO="vid_01jbench0000000000000000$((RANDOM % 10))"
+PREFIX="bench/playback-$$/stream/"
+PB="pb_01jd8x4m3v0k2q6s7t9w1y5zab"
+S3="$VID__S3__ENDPOINT/$VID__S3__BUCKET"
+while IFS= read -r f; do
+    rel="${f#"$STREAM"/}"
+    curl -fsS -o /dev/null --aws-sigv4 "aws:amz:$VID__S3__REGION:s3" --user "$VID__S3__ACCESS_KEY_ID:$VID__S3__SECRET_ACCESS_KEY" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$f" "$S3/$PREFIX$rel" || die "PUT $rel to Garage failed"
+done < <(find "$STREAM" -type f)
+psql -q "$VID__DATABASE__URL" >/dev/null <<SQL
+INSERT INTO tenants (id, name) VALUES ('$TENANT', 'bench');
+INSERT INTO uploads (id, tenant_id, status, size_bytes, content_type, part_size, part_count, storage_key, s3_upload_id, video_id, expires_at)
+  VALUES ('upl_bench', '$TENANT', 'completed', 1, 'video/mp4', 1, 1, 'k', 'x', '$VIDEO', now() + interval '1 day');
+INSERT INTO videos (id, tenant_id, upload_id, operation_id, status, content_type, source_key, stream)
+  VALUES ('$VIDEO', '$TENANT', 'upl_bench', 'op_bench', 'ready', 'video/mp4', 'k',
+          '{"prefix": "$PREFIX", "hls_master_key": "${PREFIX}master.m3u8", "dash_manifest_key": "${PREFIX}manifest.mpd", "segment_duration_ms": 4000, "objects": 0, "size_bytes": 0}');
+INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB', '$TENANT', '$VIDEO', 'public');
+SQL
+
+# 3. The playback service (release, as many workers as cores) and nginx (as
+#    many workers, access log off) on loopback.
+PB_PORT="$(free_port)"; NGINX_PORT="$(free_port)"
+VID__PLAYBACK__LISTEN="127.0.0.1:$PB_PORT" VID__TELEMETRY__LEVEL=warn "$BIN_DIR/playback" >"$WORK/playback.log" 2>&1 &
+PIDS+=($!)
+mkdir -p "$WORK/nginx"
+cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes $(nproc);
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/nginx/body;
+    proxy_temp_path $WORK/nginx/proxy;
+    fastcgi_temp_path $WORK/nginx/fastcgi;
+    uwsgi_temp_path $WORK/nginx/uwsgi;
+    scgi_temp_path $WORK/nginx/scgi;
+    types { application/vnd.apple.mpegurl m3u8; video/mp4 m4s mp4; }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        root $STREAM;
+        location / { add_header Access-Control-Allow-Origin "*"; add_header Cache-Control "public, max-age=10"; }
+    }
+}
+NGINX
+"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' &
+PIDS+=($!)
+PLAY="http://127.0.0.1:$PB_PORT/play"
+STATIC="http://127.0.0.1:$NGINX_PORT"
+wait_http "http://127.0.0.1:$PB_PORT/healthz"
+wait_http "$STATIC/master.m3u8"
+curl -fsS "$PLAY/$PB.m3u8" | grep -q "^$PB/360p/index.m3u8" || die "the master playlist is not served rewritten"
+cmp -s <(curl -fsS "$PLAY/$PB/360p/index.m3u8") "$STREAM/360p/index.m3u8" || die "the media playlist differs from the stored one"
+
+# wrk_run URL: "<req/s> <p99 ms>"
+wrk_run() {
+    local out rps p99
+    out="$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1")"
+    grep -q "Non-2xx" <<<"$out" && die "wrk got non-2xx answers from $1: $out"
+    rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
+    p99="$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f", v}' <<<"$out")"
+    echo "$rps $p99"
+}
+printf '\n%-16s %12s %10s %12s %10s %8s\n' "url" "playback r/s" "p99 ms" "nginx r/s" "p99 ms" "ratio"
+row() {   # row NAME PLAYBACK_URL STATIC_URL
+    local a b
+    read -r a_rps a_p99 <<<"$(wrk_run "$2")"
+    read -r b_rps b_p99 <<<"$(wrk_run "$3")"
+    printf '%-16s %12.0f %10s %12.0f %10s %7.0f%%\n' "$1" "$a_rps" "$a_p99" "$b_rps" "$b_p99" "$(awk -v a="$a_rps" -v b="$b_rps" 'BEGIN {print 100 * a / b}')"
+}
+row "master" "$PLAY/$PB.m3u8" "$STATIC/master.m3u8"
+row "media playlist" "$PLAY/$PB/360p/index.m3u8" "$STATIC/360p/index.m3u8"
+row "segment" "$PLAY/$PB/$SEGMENT" "$STATIC/$SEGMENT"
+
+# 4. Proxy vs redirect: mean time of one segment, sequential (one viewer).
+mean_ms() {   # mean_ms CURL_ARGS... : mean time_total over SEGMENTS_CURL fetches
+    local i total=0 t
+    for i in $(seq 1 "$SEGMENTS_CURL"); do
+        t="$(curl -fsS -o /dev/null -w '%{time_total}' "$@")"
+        total="$(awk -v a="$total" -v b="$t" 'BEGIN {print a + b}')"
+    done
+    awk -v t="$total" -v n="$SEGMENTS_CURL" 'BEGIN {printf "%.2f", 1000 * t / n}'
+}
+proxied="$(mean_ms "$PLAY/$PB/$SEGMENT")"
+direct="$(mean_ms --aws-sigv4 "aws:amz:$VID__S3__REGION:s3" --user "$VID__S3__ACCESS_KEY_ID:$VID__S3__SECRET_ACCESS_KEY" \
+    -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" "$S3/$PREFIX$SEGMENT")"
+lookup="$(mean_ms "$PLAY/$PB/360p/index.m3u8")"
+printf '\nsegment (%s B), one at a time, mean of %s:\n' "$(wc -c <"$STREAM/$SEGMENT")" "$SEGMENTS_CURL"
+printf '  proxied by playback            %6s ms\n' "$proxied"
+printf '  straight from Garage (signed)  %6s ms  (a redirect adds a playback round trip first, ~%s ms: ~%s ms)\n' \
+    "$direct" "$lookup" "$(awk -v a="$direct" -v b="$lookup" 'BEGIN {printf "%.2f", a + b}')"
