@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::cache::{LookupCache, ManifestCache};
-use crate::Settings;
+use crate::settings::Settings;
 
 /// Shared state (cheap to clone).
 #[derive(Clone)]
