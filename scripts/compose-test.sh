@@ -157,9 +157,13 @@ wait_condition() {
 # the conditions its services' depends_on name hold (service_healthy: the
 # healthcheck as written, run with `podman healthcheck run`).
 compose_up() {
-    local line wave c t0=$SECONDS
+    local line wave c t0=$SECONDS waves_ls
     "${PC[@]}" config >"$CT_LOGS/config.yml" 2>"$CT_LOGS/config.err" || ct_fail "podman-compose config: $(tail -3 "$CT_LOGS/config.err")"
-    while read -r wave line; do
+    # Read first: podman and podman-compose read stdin, a `while read` loop would lose lines to them.
+    mapfile -t waves_ls < <(waves)
+    [ "${#waves_ls[@]}" -gt 0 ] || ct_fail "no services in $CT_LOGS/config.yml"
+    for line in "${waves_ls[@]}"; do
+        wave="${line%% *}"; line="${line#"$wave"}"; line="${line# }"
         for c in $line; do wait_condition "${c%%:*}" "${c#*:}"; done
         # Podman without systemd cannot schedule healthchecks and says so for each container: not an error here.
         if ! "${PC[@]}" up -d --no-build --no-deps ${wave//,/ } >>"$CT_LOGS/up.log" 2>&1; then
@@ -167,7 +171,7 @@ compose_up() {
             ct_fail "podman-compose up -d --no-deps ${wave//,/ } failed (log $CT_LOGS/up.log)"
         fi
         ct_log "  up: ${wave//,/ }${line:+ (after ${line// /, })} at $((SECONDS - t0)) s"
-    done < <(waves)
+    done
 }
 
 step_up() {
@@ -201,7 +205,7 @@ check_loopback() {
     local ids line pid addr bad=() n=0
     ids="$(podman ps -q --no-trunc --filter "label=io.podman.compose.project=$PROJECT" | paste -sd'|')"
     while read -r line; do
-        addr="$(awk '{print $4}' <<<"$line")"
+        addr="$(awk '{print $5}' <<<"$line")"   # Netid State Recv-Q Send-Q Local Peer
         for pid in $(grep -o 'pid=[0-9]*' <<<"$line" | cut -d= -f2 | sort -u); do
             grep -Eq "$ids" "/proc/$pid/cgroup" 2>/dev/null || continue
             n=$((n + 1))
@@ -232,7 +236,7 @@ step_skeleton() {
     local out
     out="$(pc_run api create-tenant --name compose-test 2>"$CT_LOGS/create-tenant.err")" ||
         ct_fail "podman-compose run api create-tenant: $(tail -3 "$CT_LOGS/create-tenant.err")"
-    CT_KEY="$(tail -n1 <<<"$out")"
+    CT_KEY="$(tail -n1 <<<"$out" | tr -d "\r")"   # run allocates a tty: CRLF line ends
     [ -n "$CT_KEY" ] || ct_fail "create-tenant printed no key"
     ct_psql -d postgres -c 'CREATE DATABASE receiver'
     ct_endpoint_and_receiver

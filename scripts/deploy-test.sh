@@ -4,6 +4,8 @@
 #   2. scripts/images.sh           the service images from deploy/Dockerfile (Podman; cached)
 #   3. scripts/container-test.sh   the images as k8s runs them: e2e, SIGTERM, dependency loss
 #   4. scripts/kube-test.sh        k8s/overlays/local through `podman kube play`: e2e
+#   5. scripts/compose-test.sh     deploy/docker-compose.yml with podman-compose (override: host network,
+#                                  ports 28xxx, local stand-ins): e2e, then down -v (70-90 s warm)
 # Each part runs even when an earlier one failed (the container tests need the images).
 set -Euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,6 +21,7 @@ part scripts/images.sh
 if [[ " ${failed[*]} " != *" scripts/images.sh "* ]]; then
     part scripts/container-test.sh
     part scripts/kube-test.sh
+    part scripts/compose-test.sh
 else
     failed+=("container tests (no images)")
 fi
