@@ -88,6 +88,7 @@ preflight() {
     done
     [ -z "$(podman ps -aq --filter "label=io.podman.compose.project=$PROJECT")" ] ||
         ct_fail "containers of compose project '$PROJECT' exist already: '${PC[*]} down -v' first"
+    command -v ss >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 >/dev/null   # check_loopback
     [ -x target/debug/webhook-receiver ] || ct_fail "target/debug/webhook-receiver missing: run 'make build'"
     for img in api transcoder webhook-dispatcher playback; do
         podman image exists "localhost/vid/$img:local" || ct_fail "localhost/vid/$img:local missing: run 'make images'"
