@@ -115,8 +115,11 @@ pub struct Video {
     /// Whether `renditions` (static MP4s) are made: `standard` or `none`.
     #[serde(default)]
     pub mp4_support: crate::messages::Mp4Support,
-    /// The video's playback IDs with their stable HLS and DASH URLs; empty
-    /// until the video is ready (and when every id was removed).
+    /// The video's playback IDs with their stable HLS and DASH URLs, oldest
+    /// first: those of `playback_policy` are made when the video becomes
+    /// ready; one added with `POST /videos/{id}/playback-ids` is listed at
+    /// once, whatever the status, but its URLs answer 404 until the video is
+    /// ready (and for ever on a failed or cancelled video).
     #[serde(default)]
     pub playback_ids: Vec<crate::playback::PlaybackIdView>,
     /// RFC 3339.

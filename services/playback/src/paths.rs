@@ -4,14 +4,16 @@
 //! ```text
 //! /play/{pb}.m3u8                      pb: a canonical (lower-case) `pb_` + 26 Crockford base-32
 //! /play/{pb}.mpd
-//! /play/{pb}/{track}/index.m3u8        track: `audio`, or a rung `<height>p` (1–5 digits, no leading 0)
+//! /play/{pb}/{track}/index.m3u8        track: `audio`, or a rung `<short side>p` (1–5 digits, no leading 0;
+//!                                      a portrait rung 270×480 is `270p`)
 //! /play/{pb}/{track}/init.mp4
 //! /play/{pb}/{track}/seg-NNNNN.m4s     N: the segment number, 1-based, zero-padded to
 //!                                      (at least) five digits, as the transcoder names them
 //! ```
 //!
 //! Only one spelling of each resource is accepted (no upper-case id, no
-//! `seg-000001.m4s` for `seg-00001.m4s`), so a CDN caches one copy of each.
+//! `seg-000001.m4s` for `seg-00001.m4s`, no query string: `routes`), so a
+//! CDN caches one copy of each.
 //! `..`, `.`, empty segments, `%2F` and any other character fall outside the
 //! grammar by construction.
 
@@ -66,7 +68,7 @@ pub fn root(file: &str) -> Option<(PlaybackId, RootFile)> {
     file.strip_suffix(".mpd").and_then(playback_id).map(|id| (id, RootFile::DashMpd))
 }
 
-/// Accepts a track name: `audio`, or `<height>p` with 1–5 digits and no leading zero.
+/// Accepts a track name: `audio`, or `<short side>p` with 1–5 digits and no leading zero.
 pub fn track(name: &str) -> Option<&str> {
     if name == AUDIO_TRACK {
         return Some(name);

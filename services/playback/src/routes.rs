@@ -85,7 +85,19 @@ async fn root_mpd(req: HttpRequest, state: web::Data<AppState>, pb: web::Path<St
     root(&req, &state, &format!("{pb}.mpd")).await
 }
 
+/// Refuses a query string (`404`): every playback resource has exactly one
+/// spelling, so a CDN keyed on the whole URL caches one copy, and a
+/// made-up `?x=…` cannot walk around the CDN to the origin and storage.
+/// (Issue 20's `?token=` will be the one parameter a signed ID takes.)
+fn no_query(req: &HttpRequest) -> Result<(), PlaybackError> {
+    if req.uri().query().is_some() {
+        return Err(PlaybackError::NotFound);
+    }
+    Ok(())
+}
+
 async fn root(req: &HttpRequest, state: &AppState, file: &str) -> Result<HttpResponse, PlaybackError> {
+    no_query(req)?;
     let (id, kind) = paths::root(file).ok_or(PlaybackError::NotFound)?;
     let entry = resolve(state, &id).await?;
     let stream = playable(&entry)?;
@@ -102,6 +114,7 @@ async fn track_file(
     state: web::Data<AppState>,
     path: web::Path<(String, String, String)>,
 ) -> Result<HttpResponse, PlaybackError> {
+    no_query(&req)?;
     let (pb, track, file) = path.into_inner();
     let id = paths::playback_id(&pb).ok_or(PlaybackError::NotFound)?;
     let track = paths::track(&track).ok_or(PlaybackError::NotFound)?;

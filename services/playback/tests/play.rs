@@ -216,6 +216,11 @@ async fn everything_outside_a_ready_public_stream_is_a_404_problem_without_detai
         format!("/play/{p}/360p//init.mp4"),
         format!("/play/{p}//360p/init.mp4"),
         format!("/play/{p}/360p/init.mp4%00"),
+        // One spelling per resource: no query string (a CDN cache key walk-around).
+        format!("/play/{p}.m3u8?a=1"),
+        format!("/play/{p}.mpd?"),
+        format!("/play/{p}/360p/index.m3u8?x"),
+        format!("/play/{p}/360p/seg-00001.m4s?token=x"),
         "/play/".into(),
         "/play/.m3u8".into(),
         "/play/master.m3u8".into(),
