@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
 use crate::operation::{Phase, ScanOutcome};
+pub use crate::video::Mp4Support;
 use crate::video::{Poster, Rendition, SourceMetadata};
 use crate::{OperationId, Problem, TenantId, VideoId};
 
@@ -37,22 +38,6 @@ pub struct TranscodeJob {
     /// Mux's `mp4_support`). Absent: `standard`.
     #[serde(default)]
     pub mp4_support: Mp4Support,
-}
-
-text_state! {
-    /// [`TranscodeJob::mp4_support`] and `POST /uploads`' `mp4_support`:
-    /// `"standard"` (static MP4 renditions, the default) or `"none"` (the
-    /// adaptive stream only). Mux's name and spellings.
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-    #[serde(rename_all = "snake_case")]
-    pub enum Mp4Support {
-        /// One H.264/AAC MP4 per rung (`+faststart`), from the stream's packets.
-        #[default]
-        Standard = "standard",
-        /// No MP4 renditions.
-        None = "none",
-    }
 }
 
 /// The adaptive stream a transcode packaged (issue 19): CMAF objects, one per

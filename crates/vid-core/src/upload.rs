@@ -41,7 +41,7 @@ pub struct CreateUpload {
     /// Whether static MP4 renditions are made besides the adaptive stream
     /// (Mux's `mp4_support`). Absent: `standard`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mp4_support: Option<crate::messages::Mp4Support>,
+    pub mp4_support: Option<crate::video::Mp4Support>,
 }
 
 text_state! {

@@ -22,6 +22,22 @@ text_state! {
     }
 }
 
+text_state! {
+    /// [`crate::messages::TranscodeJob::mp4_support`] and `POST /uploads`' `mp4_support`:
+    /// `"standard"` (static MP4 renditions, the default) or `"none"` (the
+    /// adaptive stream only). Mux's name and spellings.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+    #[serde(rename_all = "snake_case")]
+    pub enum Mp4Support {
+        /// One H.264/AAC MP4 per rung (`+faststart`), from the stream's packets.
+        #[default]
+        Standard = "standard",
+        /// No MP4 renditions.
+        None = "none",
+    }
+}
+
 /// What the probe read from the source before any encoding.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -114,7 +130,7 @@ pub struct Video {
     pub poster: Option<Poster>,
     /// Whether `renditions` (static MP4s) are made: `standard` or `none`.
     #[serde(default)]
-    pub mp4_support: crate::messages::Mp4Support,
+    pub mp4_support: Mp4Support,
     /// The video's playback IDs with their stable HLS and DASH URLs, oldest
     /// first: those of `playback_policy` are made when the video becomes
     /// ready; one added with `POST /videos/{id}/playback-ids` is listed at
