@@ -112,3 +112,13 @@ pub async fn migrate(url: &str) -> anyhow::Result<Vec<String>> {
 
 /// Why a connection could not be checked out of the [`Pool`].
 pub type PoolError = deadpool::PoolError;
+
+/// Whether PostgreSQL answers `SELECT 1` through `pool` (a readiness probe's
+/// database check; the caller bounds it in time, see
+/// `vid_infra::readiness`). `false` when no connection can be had.
+pub async fn ping(pool: &Pool) -> bool {
+    match pool.get().await {
+        Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
+        Err(_) => false,
+    }
+}

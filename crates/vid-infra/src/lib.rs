@@ -9,10 +9,12 @@
 //! - [`metrics`]: the Prometheus recorder behind the `metrics` facade;
 //! - [`exit`]: how a service's `main` ends (an error as one line, no backtrace).
 //! - [`startup`]: bounded waits for a dependency at start-up.
+//! - [`readiness`]: the `/readyz` check (database and bucket, each bounded).
 
 pub mod amqp;
 pub mod exit;
 pub mod metrics;
+pub mod readiness;
 pub mod settings;
 pub mod startup;
 pub mod storage;

@@ -4,63 +4,77 @@
 //!   `[playback] lookup_cache_ms` (default 1 s). That is the bound on how long
 //!   a deleted playback ID keeps answering on a replica after the api deleted
 //!   its row (and how long a video that just became ready may still answer
-//!   404). At most `lookup_cache_entries` entries.
+//!   404). At most `lookup_cache_entries` found ids plus a quarter as many
+//!   unknown ones, each set least-recently-used first out, one entry at a
+//!   time: a flood of made-up ids evicts only other made-up ids.
 //! - [`ManifestCache`]: manifest objects (master and media playlists, MPDs)
 //!   by storage key, never expiring: a ready video's manifests are immutable
 //!   (the transcoder writes them once, before the video turns ready, under a
 //!   prefix only that video uses). A deleted playback ID cannot reach them:
 //!   every request looks the ID up first. At most `manifest_cache_bytes`
-//!   bytes; past it, arbitrary entries are evicted.
+//!   bytes; past it, the least recently used are evicted.
 //!
-//! Both are plain maps behind a mutex held for a lookup or an insert only
+//! Both are `lru` maps behind a mutex held for a lookup or an insert only
 //! (never across an await).
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use lru::LruCache;
 
 use crate::store::Entry;
+
+type Lookups = LruCache<String, (Instant, Option<Arc<Entry>>)>;
 
 /// Recent playback-ID lookups (see the module docs).
 pub struct LookupCache {
     ttl: Duration,
-    max_entries: usize,
-    map: Mutex<HashMap<String, (Instant, Option<Arc<Entry>>)>>,
+    /// `(found, unknown)`; `None` when caching is off.
+    maps: Option<Mutex<(Lookups, Lookups)>>,
 }
 
 impl LookupCache {
-    /// A cache keeping answers for `ttl` (zero: nothing is kept), at most `max_entries`.
+    /// A cache keeping answers for `ttl` (zero: nothing is kept), at most
+    /// `max_entries` found ids and `max_entries / 4` (at least 1) unknown ones.
     pub fn new(ttl: Duration, max_entries: usize) -> Self {
-        Self { ttl, max_entries, map: Mutex::new(HashMap::new()) }
+        let maps = match (ttl.is_zero(), NonZeroUsize::new(max_entries)) {
+            (false, Some(found)) => {
+                let unknown = NonZeroUsize::new(max_entries / 4).unwrap_or(NonZeroUsize::MIN);
+                Some(Mutex::new((LruCache::new(found), LruCache::new(unknown))))
+            }
+            _ => None,
+        };
+        Self { ttl, maps }
     }
 
     /// The remembered answer for `id` if younger than the ttl: `Some(None)`
     /// is a remembered "no such playback ID".
     pub fn get(&self, id: &str) -> Option<Option<Arc<Entry>>> {
-        if self.ttl.is_zero() {
-            return None;
-        }
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(id).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, e)| e.clone())
+        let mut maps = self.maps.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let (found, unknown) = &mut *maps;
+        let hit = found.get(id).or_else(|| unknown.get(id))?;
+        (hit.0.elapsed() < self.ttl).then(|| hit.1.clone())
     }
 
     /// Remembers `entry` for `id`, as of `looked_up_at` (the instant before
     /// the query was sent, so the bound holds from the read on).
     pub fn put(&self, id: &str, entry: Option<Arc<Entry>>, looked_up_at: Instant) {
-        if self.ttl.is_zero() || self.max_entries == 0 {
-            return;
-        }
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= self.max_entries && !map.contains_key(id) {
-            let ttl = self.ttl;
-            map.retain(|_, (at, _)| at.elapsed() < ttl);
-            if map.len() >= self.max_entries {
-                map.clear();
-            }
-        }
-        map.insert(id.to_owned(), (looked_up_at, entry));
+        let Some(maps) = &self.maps else { return };
+        let mut maps = maps.lock().unwrap_or_else(|p| p.into_inner());
+        let (found, unknown) = &mut *maps;
+        let (this, other) = if entry.is_some() { (found, unknown) } else { (unknown, found) };
+        other.pop(id);
+        this.put(id.to_owned(), (looked_up_at, entry));
+    }
+
+    /// Entries held: `(found, unknown)`.
+    pub fn len(&self) -> (usize, usize) {
+        self.maps.as_ref().map_or((0, 0), |m| {
+            let m = m.lock().unwrap_or_else(|p| p.into_inner());
+            (m.0.len(), m.1.len())
+        })
     }
 }
 
@@ -76,13 +90,13 @@ pub struct Manifest {
 /// Manifest objects by storage key (see the module docs).
 pub struct ManifestCache {
     max_bytes: usize,
-    inner: Mutex<(HashMap<String, Arc<Manifest>>, usize)>,
+    inner: Mutex<(LruCache<String, Arc<Manifest>>, usize)>,
 }
 
 impl ManifestCache {
     /// A cache of at most `max_bytes` bytes of manifests (0: none kept).
     pub fn new(max_bytes: usize) -> Self {
-        Self { max_bytes, inner: Mutex::new((HashMap::new(), 0)) }
+        Self { max_bytes, inner: Mutex::new((LruCache::unbounded(), 0)) }
     }
 
     /// The cached object under `key`.
@@ -90,8 +104,8 @@ impl ManifestCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).0.get(key).cloned()
     }
 
-    /// Keeps `manifest` under `key`, evicting others past the byte bound; an
-    /// object larger than an eighth of the bound is not kept.
+    /// Keeps `manifest` under `key`, evicting the least recently used past
+    /// the byte bound; an object larger than an eighth of the bound is not kept.
     pub fn put(&self, key: &str, manifest: Arc<Manifest>) {
         let size = manifest.body.len() + key.len();
         if size > self.max_bytes / 8 {
@@ -99,16 +113,14 @@ impl ManifestCache {
         }
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (map, bytes) = &mut *guard;
-        if let Some(old) = map.remove(key) {
+        if let Some(old) = map.pop(key) {
             *bytes -= old.body.len() + key.len();
         }
         while *bytes + size > self.max_bytes {
-            let Some(victim) = map.keys().next().cloned() else { break };
-            if let Some(old) = map.remove(&victim) {
-                *bytes -= old.body.len() + victim.len();
-            }
+            let Some((victim, old)) = map.pop_lru() else { break };
+            *bytes -= old.body.len() + victim.len();
         }
-        map.insert(key.to_owned(), manifest);
+        map.put(key.to_owned(), manifest);
         *bytes += size;
     }
 
@@ -125,7 +137,7 @@ mod tests {
 
     #[test]
     fn lookups_expire_after_the_ttl_and_the_map_stays_bounded() {
-        let cache = LookupCache::new(Duration::from_millis(50), 2);
+        let cache = LookupCache::new(Duration::from_secs(60), 2);
         let e = Arc::new(Entry { policy: PlaybackPolicy::Public, stream: None });
         cache.put("a", Some(e.clone()), Instant::now());
         cache.put("b", None, Instant::now());
@@ -133,8 +145,16 @@ mod tests {
         assert_eq!(cache.get("b"), Some(None));
         assert_eq!(cache.get("c"), None);
         cache.put("c", None, Instant::now());
-        assert!(cache.map.lock().unwrap().len() <= 2);
-        cache.put("old", Some(e.clone()), Instant::now() - Duration::from_millis(60));
+        assert_eq!(cache.len(), (1, 1), "unknown ids evict unknown ids only");
+        assert_eq!(cache.get("a"), Some(Some(e.clone())), "the found id survives a flood of unknown ones");
+        assert_eq!(cache.get("b"), None, "the older unknown id was evicted, one entry, not the map");
+        cache.put("d", Some(e.clone()), Instant::now());
+        cache.get("a");
+        cache.put("f", Some(e.clone()), Instant::now());
+        assert_eq!(cache.len().0, 2);
+        assert_eq!(cache.get("d"), None, "least recently used found id out first");
+        assert!(cache.get("a").is_some());
+        cache.put("old", Some(e.clone()), Instant::now() - Duration::from_secs(61));
         assert_eq!(cache.get("old"), None, "older than the ttl");
         let off = LookupCache::new(Duration::ZERO, 10);
         off.put("a", Some(e), Instant::now());

@@ -7,10 +7,14 @@
 //! and the key layout (tenant id included), and every segment would cost
 //! the player a second round trip. The figures are in ARCHITECTURE.md.
 //!
-//! `Range` (one `bytes=` range; anything else is ignored, RFC 9110 §14.2) and
-//! `If-None-Match` are passed to the store, whose `206`/`Content-Range`,
-//! `304` and `ETag` come back unchanged; a range past the end is `416` with
-//! `Content-Range: bytes */<size>` (one `HeadObject` to learn the size).
+//! `Range` (one `bytes=` range; anything else is ignored, RFC 9110 §14.2)
+//! is passed to the store, whose `206`/`Content-Range` and `ETag` come back
+//! unchanged; preconditions (`If-Match`, `If-None-Match`, `If-Range`, the
+//! dates) are evaluated here as RFC 9110 §13.2.2 orders them
+//! ([`crate::conditional`], one `HeadObject`); a range past the end is `416` with
+//! `Content-Range: bytes */<size>` (one `HeadObject` to learn the size), and
+//! so is a first position too large for any object ([`range_ask`]). `HEAD`
+//! is one `HeadObject` (no body is read from the store).
 
 use actix_web::http::header;
 use actix_web::http::StatusCode;
@@ -20,6 +24,7 @@ use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use bytes::Bytes;
 
 use crate::cache::Manifest;
+use crate::conditional::{Conditions, Verdict};
 use crate::error::PlaybackError;
 
 /// Largest manifest read into memory (a 4 h video's media playlist at 4 s
@@ -74,51 +79,53 @@ pub async fn manifest(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Resul
 pub struct MediaRequest<'a> {
     /// Storage key.
     pub key: &'a str,
-    /// The client's `Range`, if it is one valid `bytes=` range.
+    /// The client's `Range`, if it is one valid `bytes=` range
+    /// ([`range_ask`]'s `Pass`); ignored for `HEAD`.
     pub range: Option<&'a str>,
-    /// The client's `If-None-Match`.
-    pub if_none_match: Option<&'a str>,
+    /// A `HEAD` request: the headers of a `GetObject` from one `HeadObject`,
+    /// no body read from the store.
+    pub head: bool,
+    /// The client's preconditions ([`crate::conditional`]).
+    pub conditions: &'a Conditions,
     /// `video/mp4` or `audio/mp4`.
     pub content_type: &'static str,
     /// The answer's `Cache-Control`.
     pub cache_control: &'a str,
 }
 
-/// Proxies a media object: `200`, `206` (with `Content-Range`) or `304`,
-/// the body streamed from the store as it arrives.
+/// Proxies a media object: `200`, `206` (with `Content-Range`), `304` or
+/// `412`, the body streamed from the store as it arrives.
 ///
 /// Errors: `NotFound` (no such object: a made-up segment number),
-/// `RangeNotSatisfiable`, `Unavailable`.
+/// `RangeNotSatisfiable`, `PreconditionFailed`, `Unavailable`.
 pub async fn media(s3: &aws_sdk_s3::Client, bucket: &str, req: MediaRequest<'_>) -> Result<HttpResponse, PlaybackError> {
-    let sent = s3
-        .get_object()
-        .bucket(bucket)
-        .key(req.key)
-        .set_range(req.range.map(str::to_owned))
-        .set_if_none_match(req.if_none_match.map(str::to_owned))
-        .send()
-        .await;
+    let mut range = req.range.map(str::to_owned);
+    if req.head || req.conditions.any() {
+        let head = match s3.head_object().bucket(bucket).key(req.key).send().await {
+            Ok(head) => head,
+            Err(e) => return media_failure(s3, bucket, &req, classify(e)).await,
+        };
+        let modified = head.last_modified().and_then(|t| std::time::SystemTime::try_from(*t).ok());
+        match req.conditions.evaluate(head.e_tag(), modified) {
+            Verdict::PreconditionFailed => return Err(PlaybackError::PreconditionFailed),
+            Verdict::NotModified => {
+                let mut res = HttpResponse::NotModified();
+                res.insert_header((header::CACHE_CONTROL, req.cache_control.to_owned()));
+                if let Some(etag) = head.e_tag() {
+                    res.insert_header((header::ETAG, etag.to_owned()));
+                }
+                return Ok(res.finish());
+            }
+            Verdict::Proceed { range_allowed } => range = range.filter(|_| range_allowed),
+        }
+        if req.head {
+            return Ok(head_response(&req, &head));
+        }
+    }
+    let sent = s3.get_object().bucket(bucket).key(req.key).set_range(range).send().await;
     let out = match sent {
         Ok(out) => out,
-        Err(e) => {
-            return match classify(e) {
-                Failure::NotFound => Err(PlaybackError::NotFound),
-                Failure::NotModified => {
-                    let mut res = HttpResponse::NotModified();
-                    res.insert_header((header::CACHE_CONTROL, req.cache_control.to_owned()));
-                    if let Some(inm) = req.if_none_match.filter(|v| !v.contains(',') && *v != "*") {
-                        res.insert_header((header::ETAG, inm.to_owned()));
-                    }
-                    Ok(res.finish())
-                }
-                Failure::RangeNotSatisfiable => {
-                    let size =
-                        s3.head_object().bucket(bucket).key(req.key).send().await.ok().and_then(|h| h.content_length()).map(|n| n as u64);
-                    Err(PlaybackError::RangeNotSatisfiable(size))
-                }
-                Failure::Unavailable(m) => Err(PlaybackError::Unavailable(format!("reading a media object: {m}"))),
-            }
-        }
+        Err(e) => return media_failure(s3, bucket, &req, classify(e)).await,
     };
     let status = if out.content_range().is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK };
     let mut res = HttpResponse::build(status);
@@ -151,16 +158,83 @@ pub async fn media(s3: &aws_sdk_s3::Client, bucket: &str, req: MediaRequest<'_>)
     Ok(res.streaming::<_, std::io::Error>(futures::StreamExt::map(body, |r: Result<Bytes, std::io::Error>| r)))
 }
 
-/// Whether `value` is ONE `bytes=` range (`a-b`, `a-`, `-n`), the only kind
-/// passed to the store; any other `Range` is ignored (a full `200`).
-pub fn single_byte_range(value: &str) -> bool {
-    let Some(spec) = value.trim().strip_prefix("bytes=") else { return false };
-    let Some((first, last)) = spec.trim().split_once('-') else { return false };
-    let digits = |s: &str| !s.is_empty() && s.len() <= 19 && s.bytes().all(|b| b.is_ascii_digit());
+/// `HEAD` of a media object: the headers `GET` would send for the whole
+/// object (a `HEAD` ignores `Range`), from its `HeadObject`.
+fn head_response(req: &MediaRequest<'_>, out: &aws_sdk_s3::operation::head_object::HeadObjectOutput) -> HttpResponse {
+    let mut res = HttpResponse::Ok();
+    res.insert_header((header::CONTENT_TYPE, req.content_type))
+        .insert_header((header::CACHE_CONTROL, req.cache_control.to_owned()))
+        .insert_header((header::ACCEPT_RANGES, "bytes"));
+    if let Some(etag) = out.e_tag() {
+        res.insert_header((header::ETAG, etag.to_owned()));
+    }
+    if let Some(modified) = out.last_modified().and_then(|t| t.fmt(aws_sdk_s3::primitives::DateTimeFormat::HttpDate).ok()) {
+        res.insert_header((header::LAST_MODIFIED, modified));
+    }
+    if let Some(n) = out.content_length().and_then(|n| u64::try_from(n).ok()) {
+        res.no_chunking(n);
+    }
+    res.streaming::<_, std::io::Error>(futures::stream::empty::<Result<Bytes, std::io::Error>>())
+}
+
+/// The answer to a failed media read: `404`, `416` (with the size, one
+/// `HeadObject`), `503`. (Preconditions are evaluated here, never by the store.)
+async fn media_failure(s3: &aws_sdk_s3::Client, bucket: &str, req: &MediaRequest<'_>, failure: Failure) -> Result<HttpResponse, PlaybackError> {
+    match failure {
+        Failure::NotFound => Err(PlaybackError::NotFound),
+        Failure::NotModified => Err(PlaybackError::Unavailable("the store answered 304 to an unconditional read".into())),
+        Failure::RangeNotSatisfiable => Err(PlaybackError::RangeNotSatisfiable(object_size(s3, bucket, req.key).await.ok().flatten())),
+        Failure::Unavailable(m) => Err(PlaybackError::Unavailable(format!("reading a media object: {m}"))),
+    }
+}
+
+/// What to do with a client's `Range` (RFC 9110 §14.1.2, §14.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RangeAsk {
+    /// Not one valid `bytes=` range (a list, another unit, `9-5`, junk):
+    /// ignored, a full `200` (RFC 9110 §14.2 lets a server ignore it).
+    Ignore,
+    /// One range, passed to the store in this spelling.
+    Pass(String),
+    /// A first position past any object's end (more than 19 digits, so
+    /// beyond `u64`): `416` without asking the store for the bytes.
+    Unsatisfiable,
+}
+
+/// Classifies `value` (see [`RangeAsk`]). A last position or suffix too
+/// long for `u64` is longer than any object, so it is cut to "to the end"
+/// / "the whole object" (RFC 9110 §14.1.2: such ranges are satisfiable).
+pub fn range_ask(value: &str) -> RangeAsk {
+    let Some(spec) = value.trim().strip_prefix("bytes=") else { return RangeAsk::Ignore };
+    let Some((first, last)) = spec.trim().split_once('-') else { return RangeAsk::Ignore };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let number = |s: &str| s.parse::<u64>().ok();
     match (first, last) {
-        ("", n) => digits(n) && n.bytes().any(|b| b != b'0'),
-        (a, "") => digits(a),
-        (a, b) => digits(a) && digits(b) && a.parse::<u64>().ok() <= b.parse::<u64>().ok(),
+        ("", n) if digits(n) && n.bytes().any(|b| b != b'0') => match number(n) {
+            Some(_) => RangeAsk::Pass(format!("bytes=-{n}")),
+            None => RangeAsk::Pass("bytes=0-".into()),
+        },
+        (a, b) if digits(a) && (b.is_empty() || digits(b)) => match (number(a), number(b)) {
+            (None, _) => RangeAsk::Unsatisfiable,
+            (Some(a), _) if b.is_empty() => RangeAsk::Pass(format!("bytes={a}-")),
+            (Some(a), Some(b)) if a <= b => RangeAsk::Pass(format!("bytes={a}-{b}")),
+            (Some(a), None) => RangeAsk::Pass(format!("bytes={a}-")),
+            (Some(_), Some(_)) => RangeAsk::Ignore,
+        },
+        _ => RangeAsk::Ignore,
+    }
+}
+
+/// The size of object `key` (S3 API action HeadObject), for a `416`'s
+/// `Content-Range: bytes */<size>`. Errors: `NotFound`, `Unavailable`.
+pub async fn object_size(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Option<u64>, PlaybackError> {
+    match s3.head_object().bucket(bucket).key(key).send().await {
+        Ok(h) => Ok(h.content_length().and_then(|n| u64::try_from(n).ok())),
+        Err(e) => Err(match classify(e) {
+            Failure::NotFound => PlaybackError::NotFound,
+            Failure::Unavailable(m) => PlaybackError::Unavailable(format!("reading a media object's size: {m}")),
+            _ => PlaybackError::Unavailable("reading a media object's size: unexpected answer".into()),
+        }),
     }
 }
 
@@ -170,11 +244,21 @@ mod tests {
 
     #[test]
     fn only_one_valid_byte_range_is_passed_on() {
-        for good in ["bytes=0-99", "bytes=100-", "bytes=-500", "bytes=5-5", " bytes=0-0"] {
-            assert!(single_byte_range(good), "{good}");
+        let pass = |s: &str| RangeAsk::Pass(s.to_owned());
+        for (asked, passed) in [("bytes=0-99", "bytes=0-99"), ("bytes=100-", "bytes=100-"), ("bytes=-500", "bytes=-500"), ("bytes=5-5", "bytes=5-5"), (" bytes=0-0", "bytes=0-0")] {
+            assert_eq!(range_ask(asked), pass(passed), "{asked}");
         }
         for bad in ["bytes=0-1,5-9", "bytes=9-5", "bytes=-0", "bytes=-", "bytes=a-b", "items=0-1", "bytes 0-1", "bytes=0--1", ""] {
-            assert!(!single_byte_range(bad), "{bad}");
+            assert_eq!(range_ask(bad), RangeAsk::Ignore, "{bad}");
         }
+    }
+
+    #[test]
+    fn numbers_past_u64_are_unsatisfiable_starts_or_open_ends() {
+        let huge = "123456789012345678901234";
+        assert_eq!(range_ask(&format!("bytes={huge}-")), RangeAsk::Unsatisfiable);
+        assert_eq!(range_ask(&format!("bytes={huge}-{huge}9")), RangeAsk::Unsatisfiable);
+        assert_eq!(range_ask(&format!("bytes=10-{huge}")), RangeAsk::Pass("bytes=10-".into()));
+        assert_eq!(range_ask(&format!("bytes=-{huge}")), RangeAsk::Pass("bytes=0-".into()));
     }
 }

@@ -156,6 +156,25 @@ async fn ranges_answer_206_and_past_the_end_416_and_conditionals_304() {
     let problem: Value = res.json().await.unwrap();
     assert_eq!(problem["code"], "range_not_satisfiable");
 
+    // A first position too long for any object: 416, not the whole body.
+    let res = client.get(&url).header("Range", "bytes=123456789012345678901234-").send().await.unwrap();
+    assert_eq!(res.status(), 416);
+    assert_eq!(header(res.headers(), CONTENT_RANGE), format!("bytes */{size}"));
+    // A last position too long for u64 means "to the end".
+    let res = client.get(&url).header("Range", "bytes=100-123456789012345678901234").send().await.unwrap();
+    assert_eq!(res.status(), 206);
+    assert_eq!(res.bytes().await.unwrap(), whole[100..]);
+
+    // HEAD: the GET's headers and length, no body.
+    let res = client.head(&url).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(header(res.headers(), reqwest::header::CONTENT_LENGTH), size.to_string());
+    assert_eq!(header(res.headers(), CONTENT_TYPE), "video/mp4");
+    assert!(!header(res.headers(), ETAG).is_empty());
+    assert!(res.bytes().await.unwrap().is_empty());
+    let res = client.head(pb.at(&format!("/play/{}/360p/seg-09999.m4s", w.public))).send().await.unwrap();
+    assert_eq!(res.status(), 404, "HEAD of a made-up segment");
+
     // Not one valid byte range: ignored, the whole object.
     for ignored in ["bytes=0-1,5-9", "bytes=9-5", "lines=0-1"] {
         let res = range(ignored).await.unwrap();
@@ -168,8 +187,31 @@ async fn ranges_answer_206_and_past_the_end_416_and_conditionals_304() {
     let etag = header(res.headers(), ETAG).to_owned();
     assert!(!etag.is_empty());
     let res = client.get(&url).header("If-None-Match", &etag).send().await.unwrap();
-    assert_eq!(res.status(), 304, "the store's conditional GET");
+    assert_eq!(res.status(), 304, "conditional GET");
     assert_eq!(header(res.headers(), ETAG), etag);
+    // RFC 9110 §13: weak comparison and lists for If-None-Match (the ETag is
+    // sent on every 304), strong If-Match (412), If-Range.
+    for inm in [format!("W/{etag}"), format!("\"other\", {etag}"), "*".to_owned()] {
+        let res = client.get(&url).header("If-None-Match", &inm).send().await.unwrap();
+        assert_eq!(res.status(), 304, "{inm}");
+        assert_eq!(header(res.headers(), ETAG), etag, "{inm}");
+    }
+    let res = client.get(&url).header("If-Match", "\"other\"").send().await.unwrap();
+    assert_eq!(res.status(), 412);
+    let problem: Value = res.json().await.unwrap();
+    assert_eq!(problem["code"], "precondition_failed");
+    let res = client.get(&url).header("If-Match", &etag).header("Range", "bytes=0-9").send().await.unwrap();
+    assert_eq!(res.status(), 206, "If-Match holds");
+    let res = client.get(&url).header("If-Range", &etag).header("Range", "bytes=0-9").send().await.unwrap();
+    assert_eq!(res.status(), 206, "If-Range matches: the range");
+    assert_eq!(res.bytes().await.unwrap(), whole[..10]);
+    let res = client.get(&url).header("If-Range", "\"stale\"").header("Range", "bytes=0-9").send().await.unwrap();
+    assert_eq!(res.status(), 200, "If-Range does not match: the whole object");
+    assert_eq!(res.bytes().await.unwrap().len(), size);
+    let res = client.get(&url).header("If-Modified-Since", "Fri, 01 Jan 2100 00:00:00 GMT").send().await.unwrap();
+    assert_eq!(res.status(), 304, "not modified since a later date");
+    let res = client.get(&url).header("If-Modified-Since", "Thu, 01 Jan 1970 00:00:00 GMT").send().await.unwrap();
+    assert_eq!(res.status(), 200);
     let master = pb.at(&format!("/play/{}.m3u8", w.public));
     let res = get(&master).await;
     let tag = header(res.headers(), ETAG).to_owned();
@@ -401,4 +443,26 @@ async fn a_dead_database_makes_it_unready_not_stuck() {
     let body = res.text().await.unwrap();
     assert_no_leak(&w, "a 503", &body);
     assert!(!body.contains("127.0.0.1") && !body.contains("postgres"), "{body}");
+}
+
+#[tokio::test]
+async fn objects_the_manifests_do_not_list_are_404_before_storage_is_asked() {
+    let w = seed().await;
+    let pb = Playback::start(&w.db, &[]).await;
+    // Stored, but named by no manifest: a track the master does not list,
+    // and a segment number past the track's media playlist.
+    let settings: vid_playback::Settings = vid_testkit::settings(&[("database.url", w.db.as_str())]);
+    let s3 = vid_infra::storage::client(&settings.s3);
+    let unlisted = ["999p/init.mp4", "999p/seg-00001.m4s", "360p/seg-09999.m4s"];
+    for rel in unlisted {
+        s3.put_object().bucket(&w.bucket).key(format!("{}{rel}", w.prefix)).body(b"not listed".to_vec().into()).send().await.unwrap();
+    }
+    for rel in unlisted {
+        let res = get(&pb.at(&format!("/play/{}/{rel}", w.public))).await;
+        assert_eq!(res.status(), 404, "{rel} is in storage but in no manifest");
+    }
+    // What the manifests list still serves.
+    let res = get(&pb.at(&format!("/play/{}/360p/seg-00001.m4s", w.public))).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.bytes().await.unwrap(), stream_bytes("360p/seg-00001.m4s"));
 }

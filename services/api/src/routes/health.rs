@@ -5,7 +5,6 @@
 //! under the `meta` tag, `/metrics` with its `text/plain` body.
 
 use actix_web::{web, HttpResponse};
-use vid_db::RunQueryDsl;
 
 use crate::state::AppState;
 
@@ -44,11 +43,8 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
 }
 
-/// How long each readiness check (database, bucket) may take before it counts as failed.
-pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-
 /// Readiness: the database and the media bucket answer, each within
-/// [`READINESS_CHECK_TIMEOUT`]. RabbitMQ is deliberately not checked: the
+/// [`vid_infra::readiness::CHECK_TIMEOUT`]. RabbitMQ is deliberately not checked: the
 /// api writes jobs and events to its transactional outbox and keeps serving
 /// while the broker is away (the relay publishes once it is back).
 #[utoipa::path(
@@ -61,23 +57,11 @@ pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::fr
     ),
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    // Each check answers within READINESS_CHECK_TIMEOUT: a dependency that
-    // accepts connections but never answers makes the api unready, not stuck.
-    let db = async {
-        match state.db.get().await {
-            Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
-            Err(_) => false,
-        }
-    };
-    let storage = async { state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok() };
-    let (db_ok, storage_ok) = futures::join!(async { tokio::time::timeout(READINESS_CHECK_TIMEOUT, db).await.unwrap_or(false) }, async {
-        tokio::time::timeout(READINESS_CHECK_TIMEOUT, storage).await.unwrap_or(false)
-    },);
-    let body = serde_json::json!({"database": db_ok, "storage": storage_ok});
-    if db_ok && storage_ok {
-        HttpResponse::Ok().json(body)
+    let ready = vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket)).await;
+    if ready.is_ready() {
+        HttpResponse::Ok().json(ready)
     } else {
-        HttpResponse::ServiceUnavailable().json(body)
+        HttpResponse::ServiceUnavailable().json(ready)
     }
 }
 
