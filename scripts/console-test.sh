@@ -133,6 +133,8 @@ export VID__DISPATCHER__HEALTH_LISTEN="127.0.0.1:$(free_port)"
 export VID__PLAYBACK__LISTEN="127.0.0.1:$PLAYBACK_PORT"
 PLAYBACK_URL="http://127.0.0.1:$PLAYBACK_PORT"
 export VID__API__PLAYBACK_BASE_URL="$PLAYBACK_URL"
+# 5 MiB parts (the S3 minimum), so the browser-upload tests send several parts.
+export VID__UPLOADS__TARGET_PART_SIZE_BYTES=5242880
 
 psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB" >/dev/null
 "$BIN/api" migrate >>"$OUT/api.log" 2>&1 || die "api migrate failed (see $OUT/api.log)"
@@ -167,3 +169,19 @@ CONSOLE_API_URL="$API_URL" CONSOLE_PLAYBACK_URL="$PLAYBACK_URL" CONSOLE_API_KEY=
 CONSOLE_OUT="$OUT" CHROMIUM="$CHROMIUM" \
     node tests/console/console.test.mjs
 log "passed in $((SECONDS - start)) s; screenshots in ${OUT#"$ROOT/"}/"
+
+# ----------------------------------------- browser uploads (issue 21) --
+# A real video of three 5 MiB parts (x264 of ffmpeg's testsrc2 with noise: it
+# does not compress, so 2.4 s make ~13 MiB), then the library under node's
+# test runner and the console's upload page in Chromium.
+UPLOAD_VIDEO="$WORK/upload-clip.mp4"
+ffmpeg -v error -y -f lavfi -i testsrc2=size=640x360:rate=25 -t 2.4 -vf noise=alls=30:allf=t \
+    -c:v libx264 -preset ultrafast -qp 16 -pix_fmt yuv420p -movflags +faststart "$UPLOAD_VIDEO" \
+    || die "ffmpeg could not make the upload clip"
+(cd clients/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null && npx --no-install tsc -p tsconfig.json) \
+    || die "clients/js: npm ci or the type check failed"
+start=$SECONDS
+CLIENTJS_API_URL="$API_URL" CLIENTJS_API_KEY="$API_KEY" CLIENTJS_VIDEO="$UPLOAD_VIDEO" node --test clients/js/test/
+CONSOLE_API_URL="$API_URL" CONSOLE_API_KEY="$API_KEY" CONSOLE_UPLOAD_VIDEO="$UPLOAD_VIDEO" CONSOLE_OUT="$OUT" CHROMIUM="$CHROMIUM" \
+    node tests/console/upload.test.mjs
+log "browser uploads passed in $((SECONDS - start)) s"

@@ -240,6 +240,7 @@ impl<'a> Uploader<'a> {
                     filename: path.file_name().map(|n| n.to_string_lossy().into_owned()),
                     playback_policy: self.playback_policy.clone(),
                     mp4_support: self.mp4_support,
+                    ..Default::default()
                 },
                 None,
             )

@@ -42,6 +42,14 @@ pub struct CreateUpload {
     /// (Mux's `mp4_support`). Absent: `standard`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mp4_support: Option<crate::video::Mp4Support>,
+    /// The origin of the web page that uploads with the `client_token`
+    /// (`scheme://host[:port]`, as browsers send it in `Origin`; Mux's
+    /// `cors_origin`): the api's CORS answers on the client-token routes allow
+    /// only it. Absent: no cross-origin page may use them. Not an origin
+    /// (a path, query, user info, another scheme): `422 invalid_cors_origin`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(example = "https://app.example.com"))]
+    pub cors_origin: Option<String>,
 }
 
 text_state! {
@@ -113,6 +121,15 @@ pub struct StoredPart {
     /// 1-based part number.
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub part_number: u32,
+    /// A bearer token (`vidu_…`) for a browser: good only for this upload's
+    /// `GET`, `parts:sign`, `complete` and `DELETE`, and for following the
+    /// operation it becomes (`GET /operations/{id}`, `:wait`, `/events`),
+    /// until the upload's `expires_at` or, once completed, until the operation
+    /// is terminal plus `uploads.client_token_grace_seconds` (10 min). Hand it,
+    /// never the API key, to the page. Shown once (only its hash is stored);
+    /// an idempotent replay of the create answers a new one.
+    #[cfg_attr(feature = "openapi", schema(example = "vidu_3q2-7wEXAMPLEtokenXXXXXXXXXXXXXXXXXXXXXXXX"))]
+    pub client_token: String,
     /// Size in bytes as stored.
     pub size_bytes: u64,
     /// The part's ETag as storage reports it.
@@ -231,6 +248,7 @@ mod tests {
         }
     }
 
+            client_token: "vidu_x".into(),
     #[test]
     fn complete_body_is_optional_and_strict() {
         assert_eq!(serde_json::from_str::<CompleteUpload>("{}").unwrap(), CompleteUpload::default());

@@ -39,6 +39,15 @@ diesel::table! {
         expires_at -> Timestamptz,
         playback_policy -> Array<Text>,
         mp4_support -> Text,
+        cors_origin -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    upload_client_tokens (token_hash) {
+        token_hash -> Text,
+        upload_id -> Text,
+        created_at -> Timestamptz,
     }
 }
 
@@ -210,6 +219,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     outbox,
     webhook_endpoints,
     webhook_deliveries,
+diesel::joinable!(upload_client_tokens -> uploads (upload_id));
     webhook_attempts,
     idempotency_keys,
 );
+    upload_client_tokens,

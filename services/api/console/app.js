@@ -9,6 +9,7 @@ import * as endpoint from './endpoint.js';
 import * as events from './events.js';
 import * as operations from './operations.js';
 import * as video from './video.js';
+import * as uploadPage from './upload.js';
 
 const routes = [
   [/^\/endpoints$/, endpoints, 'endpoints'],
@@ -16,6 +17,7 @@ const routes = [
   [/^\/events$/, events, 'events'],
   [/^\/operations$/, operations, 'operations'],
   [/^\/videos\/([^/]+)$/, video, 'operations'],
+  [/^\/upload$/, uploadPage, 'upload'],
 ];
 
 const main = document.getElementById('main');

@@ -57,6 +57,9 @@ const ASSETS: &[Asset] = &[
     asset!("operations.js", JS),
     asset!("video.js", JS),
     asset!("player.js", JS),
+    asset!("upload.js", JS),
+    // The upload library, served from its own source (clients/js, issue 21).
+    Asset { name: "vid-upload.js", content_type: JS, body: include_str!("../../../clients/js/src/index.js") },
     asset!("vendor/hls.min.mjs", JS),
     asset!("vendor/LICENSE.hls.js", "text/plain; charset=utf-8"),
 ];
@@ -125,7 +128,8 @@ pub fn content_security_policy(storage: Option<&str>, playback: Option<&str>) ->
     // them through a MediaSource whose object URL is a `blob:` (media-src);
     // native HLS playback loads the playlist URL straight into <video>
     // (media-src). Nothing else of the playback origin is allowed.
-    let connect = sources("'self'", &[playback]);
+    // The upload page PUTs parts to presigned storage URLs (connect-src).
+    let connect = sources("'self'", &[playback, storage]);
     let img = sources("'self'", &[storage]);
     let media = sources("'self'", &[storage, playback]);
     // Trusted Types with no policy: no string can reach an HTML or script sink
@@ -179,7 +183,7 @@ mod tests {
     fn the_policy_opens_only_what_playback_needs() {
         let csp = content_security_policy(Some("http://127.0.0.1:3900"), Some("https://stream.example.com"));
         // hls.js: XHR to the playback service, MediaSource through a blob: URL.
-        assert!(csp.contains("connect-src 'self' https://stream.example.com;"), "{csp}");
+        assert!(csp.contains("connect-src 'self' https://stream.example.com http://127.0.0.1:3900;"), "{csp}");
         assert!(csp.contains("media-src 'self' http://127.0.0.1:3900 https://stream.example.com blob:;"), "{csp}");
         // Images (the poster) only from storage; blob: nowhere but media-src.
         assert!(csp.contains("img-src 'self' http://127.0.0.1:3900;"), "{csp}");

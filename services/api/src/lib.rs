@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod console;
 pub mod consumers;
+pub mod cors;
 pub mod domain;
 pub mod error;
 pub mod idempotency;
@@ -133,6 +134,8 @@ impl Application {
                 // Innermost: routes HEAD as GET (the metrics and the 405
                 // rewrite still see the client's method).
                 .wrap(actix_web::middleware::from_fn(error::methods::head_as_get))
+                // Preflights of the client-token routes, before the router's 405 (issue 21).
+                .wrap(actix_web::middleware::from_fn(cors::cors))
                 .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, error::methods::method_not_allowed))
                 .wrap(actix_web::middleware::from_fn(metrics::observe))
                 .wrap(actix_web::middleware::from_fn(openapi::docs_headers))

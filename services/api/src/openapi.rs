@@ -25,6 +25,10 @@ use crate::routes;
 /// The name of the bearer security scheme every tenant route requires.
 pub const SECURITY_SCHEME: &str = "api_key";
 
+/// The bearer security scheme of client tokens (issue 21), accepted besides
+/// [`SECURITY_SCHEME`] on the client-token routes.
+pub const CLIENT_TOKEN_SCHEME: &str = "client_token";
+
 /// The OpenAPI document.
 #[derive(OpenApi)]
 #[openapi(
@@ -130,6 +134,21 @@ pub fn document() -> &'static serde_json::Value {
     static DOC: OnceLock<serde_json::Value> = OnceLock::new();
     DOC.get_or_init(|| {
         let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
+        components.add_security_scheme(
+            CLIENT_TOKEN_SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("vidu_…")
+                    .description(Some(
+                        "A client token (`POST /uploads`' `client_token`, `Authorization: Bearer vidu_…`) for a browser: only \
+                         this upload's GET, DELETE, `parts:sign` and `complete`, and following its operation (GET, `:wait`, \
+                         `/events`); until the upload's `expires_at`, or once completed until its operation is terminal plus \
+                         `uploads.client_token_grace_seconds`. Another upload's or operation's id: `404`; any other route: `401`.",
+                    ))
+                    .build(),
+            ),
+        );
         fix_links(&mut doc);
         doc
     })

@@ -98,6 +98,16 @@ pub struct UploadSettings {
 /// `[operations]`
 #[derive(Debug, Clone, Deserialize)]
 pub struct OperationSettings {
+    /// How long an upload's client token (`vidu_…`) keeps working for its
+    /// operation after the operation became terminal, in seconds (issue 21;
+    /// until then it works until the upload's `expires_at`, or, once completed,
+    /// while the operation runs).
+    #[serde(default = "default_client_token_grace_seconds")]
+    pub client_token_grace_seconds: u64,
+}
+
+fn default_client_token_grace_seconds() -> u64 {
+    600
     /// A running operation with no report for this long is failed (`worker_lost`).
     pub heartbeat_timeout_seconds: u64,
     /// Open `:wait` calls plus event streams one tenant may hold on one api

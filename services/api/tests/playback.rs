@@ -80,7 +80,7 @@ impl Broker {
 }
 
 fn upload_req(playback_policy: Option<Vec<PlaybackPolicy>>, mp4_support: Option<Mp4Support>) -> CreateUpload {
-    CreateUpload { size_bytes: 100, content_type: "video/mp4".into(), filename: Some("a.mp4".into()), playback_policy, mp4_support }
+    CreateUpload { size_bytes: 100, content_type: "video/mp4".into(), filename: Some("a.mp4".into()), playback_policy, mp4_support, ..Default::default() }
 }
 
 /// Creates an upload with `req`, sends its one part to storage, completes it:

@@ -4,7 +4,7 @@ use actix_web::{web, HttpResponse};
 use vid_core::operation::{Operation, OperationStatus};
 use vid_core::OperationId;
 
-use crate::auth::Tenant;
+use crate::auth::{OperationCaller, Tenant};
 use crate::domain::operation::{self, Applied, Transition};
 use crate::error::{codes, ApiError, ApiResult};
 // Kept for the delivery routes, which still name it here.
@@ -38,7 +38,7 @@ pub async fn load_operation(state: &AppState, tenant: &Tenant, id: &OperationId)
     get,
     path = "/operations/{id}",
     tag = "operations",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::OperationId, Path, description = "The operation.")),
     responses(
         (status = 200, description = "The operation.", body = Operation),
@@ -47,7 +47,8 @@ pub async fn load_operation(state: &AppState, tenant: &Tenant, id: &OperationId)
         (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
-async fn get_operation(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+async fn get_operation(state: web::Data<AppState>, caller: OperationCaller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: OperationId = parse_id(&path)?;
     Ok(HttpResponse::Ok().json(load_operation(&state, &tenant, &id).await?))
 }
@@ -183,7 +184,7 @@ async fn watch_operation(state: &AppState, tenant: &Tenant, id: &OperationId) ->
     post,
     path = "/operations/{id}:wait",
     tag = "operations",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::OperationId, Path, description = "The operation.")),
     request_body(content = Option<vid_core::operation::WaitOperation>, description = "Optional; `{}` or no body means the defaults."),
     responses(
@@ -197,11 +198,12 @@ async fn watch_operation(state: &AppState, tenant: &Tenant, id: &OperationId) ->
 )]
 async fn wait_operation(
     state: web::Data<AppState>,
-    tenant: Tenant,
+    caller: OperationCaller,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
+    let tenant = caller.tenant;
     let id: OperationId = parse_id(&path)?;
     let body = crate::routes::common::read_body(payload, crate::routes::common::MAX_JSON_BODY_BYTES).await?;
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
@@ -265,7 +267,7 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
     get,
     path = "/operations/{id}/events",
     tag = "operations",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::OperationId, Path, description = "The operation."), ("Last-Event-ID" = Option<i64>, Header, description = "On reconnect: the `id:` (revision) of the last event received.")),
     responses(
         (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event, or when this api replica is stopping (a `: server stopping` comment, then the end: reconnect with `Last-Event-ID`).", content_type = "text/event-stream", body = String),
@@ -278,10 +280,11 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
 )]
 async fn operation_events(
     state: web::Data<AppState>,
-    tenant: Tenant,
+    caller: OperationCaller,
     path: web::Path<String>,
     req: actix_web::HttpRequest,
 ) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: OperationId = parse_id(&path)?;
     let last_seen: Option<i64> = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
     let (watch, current) = watch_operation(&state, &tenant, &id).await?;

@@ -10,9 +10,10 @@ use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
 use vid_core::messages::Mp4Support;
 use vid_core::playback::PlaybackPolicy;
+use vid_core::operation::OperationStatus;
 use vid_core::upload::UploadStatus;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
-use vid_db::schema::{tenants, uploads};
+use vid_db::schema::{operations, tenants, upload_client_tokens, uploads};
 use vid_db::RunQueryDsl;
 
 use super::Conn;
@@ -56,6 +57,8 @@ pub struct UploadRow {
     pub playback_policy: Vec<PlaybackPolicy>,
     /// Whether static MP4s are made, copied to the video and its transcode job.
     pub mp4_support: Mp4Support,
+    /// The page origin allowed to call the client-token routes (issue 21).
+    pub cors_origin: Option<String>,
 }
 
 impl UploadRow {
@@ -123,6 +126,8 @@ pub struct NewUpload<'a> {
     pub mp4_support: Mp4Support,
 }
 
+    /// The page origin of browser uploads ([`crate::cors::parse_cors_origin`]'s form).
+    pub cors_origin: Option<&'a str>,
 /// Inserts the upload unless the tenant's cap is reached; `Some((in_flight,
 /// cap))` when refused. For a tenant with a cap, one transaction holds the
 /// tenant's row (`FOR NO KEY UPDATE`) around the count and the insert, so its
@@ -173,6 +178,7 @@ pub async fn insert_within_cap(conn: &mut Conn, new: &NewUpload<'_>) -> QueryRes
                 .execute(conn)
                 .await?;
             Ok(None)
+                    uploads::cors_origin.eq(new.cors_origin),
         }
         .scope_boxed()
     })
@@ -246,4 +252,56 @@ pub async fn expire_stuck_completing(conn: &mut Conn, now: DateTime<Utc>, stuck_
     .returning((uploads::id, uploads::storage_key, uploads::s3_upload_id))
     .get_results(conn)
     .await
+}
+
+/// Records a client token of `upload` by its SHA-256 (hex) (issue 21).
+pub async fn insert_client_token(conn: &mut Conn, upload: &UploadId, token_hash: &str) -> QueryResult<()> {
+    diesel::insert_into(upload_client_tokens::table)
+        .values((upload_client_tokens::token_hash.eq(token_hash), upload_client_tokens::upload_id.eq(upload)))
+        .execute(conn)
+        .await
+        .map(|_| ())
+}
+
+/// The upload a client token (by its SHA-256) was issued for, and, once the
+/// upload is completed, its operation's status and last change
+/// (`operations.updated_at`, which a terminal operation no longer moves).
+pub async fn by_client_token(
+    conn: &mut Conn,
+    token_hash: &str,
+) -> QueryResult<Option<(UploadRow, Option<(OperationStatus, DateTime<Utc>)>)>> {
+    let row: Option<UploadRow> = upload_client_tokens::table
+        .inner_join(uploads::table)
+        .filter(upload_client_tokens::token_hash.eq(token_hash))
+        .select(UploadRow::as_select())
+        .first(conn)
+        .await
+        .optional()?;
+    let Some(row) = row else { return Ok(None) };
+    let operation = match &row.operation_id {
+        Some(op) => operations::table
+            .filter(operations::id.eq(op))
+            .select((operations::status, operations::updated_at))
+            .first(conn)
+            .await
+            .optional()?,
+        None => None,
+    };
+    Ok(Some((row, operation)))
+}
+
+/// The `cors_origin` of an upload (any tenant's: a preflight carries no credentials).
+pub async fn cors_origin_of_upload(conn: &mut Conn, id: &UploadId) -> QueryResult<Option<String>> {
+    uploads::table.filter(uploads::id.eq(id)).select(uploads::cors_origin).first::<Option<String>>(conn).await.optional().map(Option::flatten)
+}
+
+/// The `cors_origin` of the upload that became operation `id`.
+pub async fn cors_origin_of_operation(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<String>> {
+    uploads::table
+        .filter(uploads::operation_id.eq(id))
+        .select(uploads::cors_origin)
+        .first::<Option<String>>(conn)
+        .await
+        .optional()
+        .map(Option::flatten)
 }

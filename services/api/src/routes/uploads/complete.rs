@@ -8,7 +8,7 @@ use vid_core::upload::{CompleteUpload, CompletedPart, StoredPart, UploadStatus};
 use vid_core::{OperationId, UploadId};
 
 use super::shared::{accepted, load_upload, part_range, refusal, MAX_COMPLETE_BODY_BYTES};
-use crate::auth::Tenant;
+use crate::auth::{Tenant, UploadCaller};
 use crate::domain::upload::{self, Finalized};
 use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::common::parse_id;
@@ -49,7 +49,7 @@ use crate::store::{self, uploads::UploadRow};
     post,
     path = "/uploads/{id}/complete",
     tag = "uploads",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::UploadId, Path, description = "The upload."), ("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters. Makes a retry safe: the first answer is stored for 24 h and replayed (with `Idempotent-Replayed: true`) to a request with the same key and body.", min_length = 1, max_length = 255)),
     request_body(content = Option<CompleteUpload>, description = "Optional. No body (zero bytes), `{}` or `null`: the server completes with the parts storage lists. Otherwise a valid `CompleteUpload` as `application/json` listing every part 1..N once with its ETag; an invalid body is `400 invalid_json` (`415` for another media type), never ignored."),
     responses(
@@ -67,11 +67,12 @@ use crate::store::{self, uploads::UploadRow};
 )]
 pub async fn complete_upload(
     state: web::Data<AppState>,
-    tenant: Tenant,
+    caller: UploadCaller,
     http: HttpRequest,
     path: web::Path<String>,
     payload: web::Payload,
 ) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: UploadId = parse_id(&path)?;
     let body = complete_body(&http, payload).await?;
     let route = format!("POST /uploads/{id}/complete");

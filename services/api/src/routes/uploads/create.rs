@@ -29,11 +29,16 @@ use crate::store::{self, uploads::NewUpload};
 /// carries the `mp4_support`. Both are part of the body an
 /// `Idempotency-Key` compares.
 ///
+/// The answer carries a `client_token` (`vidu_…`) for a browser, scoped to
+/// this upload and its operation (see `CreatedUpload.client_token`); with
+/// `cors_origin` the client-token routes answer that page origin's CORS
+/// requests (preflights included).
+///
 /// Errors: `invalid_json` (400, also for an unknown `playback_policy` or
 /// `mp4_support` value); `invalid_size` (0 bytes), `file_too_large`
 /// (above `uploads.max_size_bytes`), `unsupported_content_type`,
 /// `invalid_filename` (over 255 bytes, or a control, format or line-separator
-/// character), `unsupported_playback_policy` (`signed`: not served until
+/// character), `invalid_cors_origin` (not `scheme://host[:port]`), `unsupported_playback_policy` (`signed`: not served until
 /// signing keys exist, issue 20) (422); `too_many_uploads` (429, with `Retry-After: 30` and the
 /// `limit` and `in_flight` members) when the tenant already has its maximum
 /// of uploads in flight (`created` or `completing`, not past `expires_at`);
@@ -70,7 +75,35 @@ pub async fn create_upload(
     crate::idempotency::once(&state, &tenant, &http, "POST /uploads", &req, move |state, tenant| async move {
         create_upload_once(&state, &tenant, owned).await
     })
-    .await
+    .await?;
+    with_client_token(&state, answer).await
+}
+
+/// Adds a fresh `client_token` to a `201` answer (also to an idempotent
+/// replay): the token is minted after the answer was stored for replays, so
+/// the idempotency table never holds it in plain text (issue 21). Other
+/// answers pass unchanged.
+async fn with_client_token(state: &AppState, answer: HttpResponse) -> ApiResult<HttpResponse> {
+    if answer.status() != actix_web::http::StatusCode::CREATED {
+        return Ok(answer);
+    }
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let bytes = actix_web::body::to_bytes(answer.into_body())
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("reading the create answer: {e}")))?;
+    let mut created: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::Internal(e.into()))?;
+    let id: UploadId = created["id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("the create answer has no upload id")))?;
+    let mut conn = state.db.get().await?;
+    created["client_token"] = serde_json::Value::String(crate::auth::issue_client_token(&mut conn, &id).await?);
+    let mut out = HttpResponse::build(status);
+    for (name, value) in headers.iter().filter(|(name, _)| *name != actix_web::http::header::CONTENT_LENGTH) {
+        out.append_header((name.clone(), value.clone()));
+    }
+    Ok(out.json(created))
 }
 
 /// Checks a create request against the limits; returns the normalised
@@ -94,6 +127,9 @@ fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -
         ));
     }
     if req.filename.as_deref().is_some_and(|name| !is_valid_filename(name)) {
+    if let Some(origin) = &req.cors_origin {
+        crate::cors::parse_cors_origin(origin)?;
+    }
         return Err(ApiError::new(
             codes::INVALID_FILENAME,
             "filename must be at most 255 bytes, without control characters, Unicode format characters (e.g. U+202E, \
@@ -146,6 +182,7 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         part_count,
         key: &key,
         s3_upload_id: &s3_upload_id,
+    let cors_origin = req.cors_origin.as_deref().map(crate::cors::parse_cors_origin).transpose()?;
         expires_at,
         playback_policy: &policies,
         mp4_support: req.mp4_support.unwrap_or_default(),
@@ -159,6 +196,7 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         Ok(Some((in_flight, cap))) => {
             discard_multipart(state, &key, &s3_upload_id).await;
             return Err(too_many_uploads(in_flight, cap));
+        cors_origin: cors_origin.as_deref(),
         }
         Err(e) => {
             discard_multipart(state, &key, &s3_upload_id).await;
@@ -181,7 +219,10 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         parts,
         expires_at: url_expiry,
     };
-    Ok(HttpResponse::Created().insert_header(("Location", format!("/uploads/{id}"))).json(created))
+    // Stored for idempotent replays without the token; `with_client_token` adds one.
+    let mut body = serde_json::to_value(&created).map_err(|e| ApiError::Internal(e.into()))?;
+    body.as_object_mut().map(|o| o.remove("client_token"));
+    Ok(HttpResponse::Created().insert_header(("Location", format!("/uploads/{id}"))).json(body))
 }
 
 /// Aborts a multipart upload no row refers to (best effort: the bucket's
@@ -191,6 +232,7 @@ async fn discard_multipart(state: &AppState, key: &str, s3_upload_id: &str) {
         tracing::warn!(key, "could not abort a multipart upload no upload refers to; the bucket lifecycle rule will");
     }
 }
+        client_token: String::new(),
 
 /// The `429 too_many_uploads` answer, with `Retry-After` and the `limit` and
 /// `in_flight` extension members.

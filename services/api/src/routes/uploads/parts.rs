@@ -8,7 +8,7 @@ use vid_core::upload::{SignParts, SignedParts, UploadState, UploadStatus};
 use vid_core::UploadId;
 
 use super::shared::{load_upload, missing_parts, part_range, refusal};
-use crate::auth::Tenant;
+use crate::auth::UploadCaller;
 use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::common::parse_id;
 use crate::state::AppState;
@@ -25,7 +25,7 @@ use crate::store;
     get,
     path = "/uploads/{id}",
     tag = "uploads",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::UploadId, Path, description = "The upload.")),
     responses(
         (status = 200, description = "The upload.", body = UploadState),
@@ -34,7 +34,8 @@ use crate::store;
         (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
-pub async fn get_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+pub async fn get_upload(state: web::Data<AppState>, caller: UploadCaller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
     let status = row.status_at(Utc::now());
@@ -78,7 +79,7 @@ pub async fn get_upload(state: web::Data<AppState>, tenant: Tenant, path: web::P
     post,
     path = "/uploads/{id}/parts:sign",
     tag = "uploads",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::UploadId, Path, description = "The upload.")),
     request_body = SignParts,
     responses(
@@ -94,10 +95,11 @@ pub async fn get_upload(state: web::Data<AppState>, tenant: Tenant, path: web::P
 )]
 pub async fn sign_parts(
     state: web::Data<AppState>,
-    tenant: Tenant,
+    caller: UploadCaller,
     path: web::Path<String>,
     body: web::Json<SignParts>,
 ) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: UploadId = parse_id(&path)?;
     let row = load_upload(&state, &tenant, &id).await?;
     let status = row.status_at(Utc::now());
@@ -137,7 +139,7 @@ pub async fn sign_parts(
     delete,
     path = "/uploads/{id}",
     tag = "uploads",
-    security(("api_key" = [])),
+    security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::UploadId, Path, description = "The upload.")),
     responses(
         (status = 204, description = "Aborted (or already aborted or expired)."),
@@ -147,7 +149,8 @@ pub async fn sign_parts(
         (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
-pub async fn abort_upload(state: web::Data<AppState>, tenant: Tenant, path: web::Path<String>) -> ApiResult<HttpResponse> {
+pub async fn abort_upload(state: web::Data<AppState>, caller: UploadCaller, path: web::Path<String>) -> ApiResult<HttpResponse> {
+    let tenant = caller.tenant;
     let id: UploadId = parse_id(&path)?;
     let mut row = load_upload(&state, &tenant, &id).await?;
     if store::uploads::OPEN.contains(&row.status) {
