@@ -48,10 +48,11 @@ step scripts/fuzz-api.sh
 step scripts/deploy-test.sh
 # One test binary at a time keeps 2 cores from thrashing; tests inside a binary run in parallel.
 # Independent parsers of the HLS playlists and the DASH MPD the transcoder writes
-# (services/transcoder/tests/stream.rs), pinned in a venv of their own (first run:
+# (services/transcoder/tests/stream.rs) and of its storyboard WebVTT (tests/storyboard.rs), and PyJWT minting playback
+# tokens nobody here wrote (services/playback/tests/signed.rs), pinned in a venv of their own (first run:
 # two small packages from PyPI, a few seconds); a stamp skips pip afterwards.
 media_venv() {
-    local venv=.local/media-venv want="m3u8==6.0.0 mpegdash==0.4.1"
+    local venv=.local/media-venv want="m3u8==6.0.0 mpegdash==0.4.1 webvtt-py==0.5.1 pyjwt[crypto]==2.10.1"
     if [ "$(cat "$venv/.stamp" 2>/dev/null)" != "$want" ]; then
         rm -rf "$venv" && python3 -m venv "$venv" && "$venv/bin/pip" install -q $want && echo "$want" > "$venv/.stamp"
     fi

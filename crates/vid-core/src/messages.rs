@@ -38,6 +38,11 @@ pub struct TranscodeJob {
     /// Mux's `mp4_support`). Absent: `standard`.
     #[serde(default)]
     pub mp4_support: Mp4Support,
+    /// The poster's time in seconds (`POST /uploads`' `poster_time`; finite,
+    /// ≥ 0; past the end: the last frame). Absent: the transcoder's
+    /// representative-frame rule (issue 20).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poster_time: Option<f64>,
 }
 
 /// The adaptive stream a transcode packaged (issue 19): CMAF objects, one per
@@ -59,6 +64,36 @@ pub struct StreamOutputs {
     pub objects: u32,
     /// Their total size in bytes.
     pub size_bytes: u64,
+    /// The storyboard, thumbnail frames and poster under `prefix` (issue
+    /// 20). Absent from streams packaged before: their image URLs answer 404.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<StreamImages>,
+}
+
+/// The images a transcode keeps with a stream (issue 20), all under
+/// [`StreamOutputs::prefix`]: `storyboard.jpg` (sprite sheet), `storyboard.vtt`
+/// (WebVTT, cues → `storyboard.jpg#xywh=x,y,w,h`), `storyboard.json` (Mux's
+/// shape), `poster.jpg`, and `frames/<ms>.jpg`, the tallest rung's frame at
+/// each instant of [`Self::frames_ms`] (the thumbnails' sources). The
+/// playback service writes its resized thumbnails to
+/// `<prefix>thumbnails/<ms>_<width>.jpg`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamImages {
+    /// Storyboard interval, milliseconds (the instants are its multiples).
+    pub interval_ms: u64,
+    /// Tile width in pixels (160).
+    pub tile_width: u32,
+    /// Tile height in pixels (even).
+    pub tile_height: u32,
+    /// Instants (ms, ascending) with a frame `frames/<ms>.jpg`: every
+    /// storyboard instant, then the last frame's time.
+    pub frames_ms: Vec<u64>,
+    /// Width of the frames in pixels (the tallest rung's, upright).
+    pub frame_width: u32,
+    /// Height of the frames in pixels.
+    pub frame_height: u32,
+    /// The video's duration, milliseconds.
+    pub duration_ms: u64,
 }
 
 /// The `attempt` of a job message that has none: the first publish.
@@ -211,6 +246,7 @@ mod tests {
             output_prefix: "tenants/t/videos/v/".into(),
             attempt: 3,
             mp4_support: Mp4Support::None,
+            poster_time: Some(2.5),
         };
         assert_eq!(serde_json::to_value(&job).unwrap()["mp4_support"], "none");
         assert_eq!(serde_json::from_str::<TranscodeJob>(&serde_json::to_string(&job).unwrap()).unwrap(), job);
@@ -244,7 +280,7 @@ mod tests {
             "source_key": "tenants/t/uploads/u/source", "source_size_bytes": 7, "output_prefix": "tenants/t/videos/v/"
         }))
         .unwrap();
-        assert_eq!((job.attempt, job.source_size_bytes, job.mp4_support), (1, 7, Mp4Support::Standard));
+        assert_eq!((job.attempt, job.source_size_bytes, job.mp4_support, job.poster_time), (1, 7, Mp4Support::Standard, None));
         let report: TranscodeReport = serde_json::from_value(serde_json::json!({
             "operation_id": op, "video_id": vid, "worker": "old/1", "emitted_at": "2026-12-01T15:00:00Z",
             "kind": "progress", "phase": "transcoding", "percent": 40

@@ -173,6 +173,7 @@ fn stream_of(tenant: &vid_core::TenantId, video: &VideoId) -> StreamOutputs {
         segment_duration_ms: 4000,
         objects: 3,
         size_bytes: 30,
+        images: None,
     }
 }
 

@@ -1,8 +1,9 @@
 //! The playback service: the stable `/play/{pb}…` URLs of ready videos.
 //!
-//! Stateless and read-only: it reads `playback_ids` joined to `videos` from
-//! PostgreSQL and the stream's objects from the media bucket, and writes
-//! nothing anywhere. It never talks to RabbitMQ or to another service, so it
+//! Stateless: it reads `playback_ids` joined to `videos` from PostgreSQL
+//! and the stream's objects from the media bucket; its one write is the
+//! resized-thumbnail cache, `<stream prefix>thumbnails/<ms>_<width>.jpg`
+//! in the media bucket ([`images`], issue 20). It never talks to RabbitMQ or to another service, so it
 //! scales on request load alone (k8s/base/playback.yaml).
 //!
 //! - [`paths`]: the strict path grammar (anything else is a 404);
@@ -20,6 +21,8 @@ pub mod paths;
 pub mod rewrite;
 pub mod routes;
 pub mod settings;
+pub mod images;
+pub mod known;
 pub mod state;
 pub mod storage;
 pub mod store;

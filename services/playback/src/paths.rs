@@ -9,6 +9,11 @@
 //! /play/{pb}/{track}/init.mp4
 //! /play/{pb}/{track}/seg-NNNNN.m4s     N: the segment number, 1-based, zero-padded to
 //!                                      (at least) five digits, as the transcoder names them
+//! /play/{pb}/storyboard.jpg            issue 20 (crate::images): the sprite sheet,
+//! /play/{pb}/storyboard.vtt            its WebVTT index,
+//! /play/{pb}/storyboard.json           its JSON index (Mux's shape),
+//! /play/{pb}/thumbnail.jpg             a thumbnail (`?time=<s>&width=<px>`),
+//! /play/{pb}/poster.jpg                the poster
 //! ```
 //!
 //! Only one spelling of each resource is accepted (no upper-case id, no
@@ -53,6 +58,33 @@ impl TrackFile {
             Self::Segment(n) => format!("seg-{n:05}.m4s"),
         }
     }
+}
+
+/// An image of a playback ID (`/play/{pb}/{file}`, issue 20).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageFile {
+    /// `storyboard.jpg`: the sprite sheet (audience `s`).
+    StoryboardImage,
+    /// `storyboard.vtt`: WebVTT cues pointing at its tiles (audience `s`).
+    StoryboardVtt,
+    /// `storyboard.json`: the same index as JSON (audience `s`).
+    StoryboardJson,
+    /// `thumbnail.jpg`: a frame at `?time=` of `?width=` (audience `t`).
+    Thumbnail,
+    /// `poster.jpg`: the poster (audience `g`).
+    Poster,
+}
+
+/// Parses the file of `/play/{pb}/{file}` (exact names only).
+pub fn image_file(name: &str) -> Option<ImageFile> {
+    Some(match name {
+        "storyboard.jpg" => ImageFile::StoryboardImage,
+        "storyboard.vtt" => ImageFile::StoryboardVtt,
+        "storyboard.json" => ImageFile::StoryboardJson,
+        "thumbnail.jpg" => ImageFile::Thumbnail,
+        "poster.jpg" => ImageFile::Poster,
+        _ => return None,
+    })
 }
 
 /// Parses the canonical spelling of a playback ID.
@@ -117,6 +149,18 @@ mod tests {
             ".m3u8".into(),
         ] {
             assert_eq!(root(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn image_files_are_five_exact_names() {
+        assert_eq!(image_file("storyboard.jpg"), Some(ImageFile::StoryboardImage));
+        assert_eq!(image_file("storyboard.vtt"), Some(ImageFile::StoryboardVtt));
+        assert_eq!(image_file("storyboard.json"), Some(ImageFile::StoryboardJson));
+        assert_eq!(image_file("thumbnail.jpg"), Some(ImageFile::Thumbnail));
+        assert_eq!(image_file("poster.jpg"), Some(ImageFile::Poster));
+        for bad in ["Storyboard.jpg", "storyboard.jpeg", "thumbnail.webp", "poster.jpg ", "frames", "thumbnails", "..", "", "master.m3u8"] {
+            assert_eq!(image_file(bad), None, "{bad:?}");
         }
     }
 

@@ -4,6 +4,7 @@
 //! GET|HEAD /play/{pb}.m3u8                  master playlist, URIs mapped under {pb}/
 //! GET|HEAD /play/{pb}.mpd                   MPD, segment templates mapped under {pb}/
 //! GET|HEAD /play/{pb}/{track}/{file}        index.m3u8 | init.mp4 | seg-NNNNN.m4s
+//! GET|HEAD /play/{pb}/{file}                storyboard.jpg|.vtt|.json, thumbnail.jpg, poster.jpg ([`crate::images`])
 //! OPTIONS  /play/…                          CORS preflight (GET, HEAD; Range allowed)
 //! GET      /healthz, /readyz, /metrics
 //! ```
@@ -44,6 +45,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(playback_resource("/play/{pb}.m3u8", root_m3u8))
         .service(playback_resource("/play/{pb}.mpd", root_mpd))
         .service(playback_resource("/play/{pb}/{track}/{file}", track_file))
+        .service(playback_resource("/play/{pb}/{file}", crate::images::image))
         .service(web::resource("/healthz").route(web::get().to(healthz)))
         .service(web::resource("/readyz").route(web::get().to(readyz)))
         .service(web::resource("/metrics").route(web::get().to(crate::metrics::metrics)));

@@ -159,6 +159,7 @@ impl Harness {
             output_prefix: format!("{}{op}/out/", self.key_prefix),
             attempt: 1,
             mp4_support: Default::default(),
+            poster_time: None,
         }
     }
 
@@ -237,6 +238,7 @@ impl Harness {
             output_prefix: String::new(),
             attempt: 1,
             mp4_support: Default::default(),
+            poster_time: None,
         };
         let report = TranscodeReport {
             operation_id: marker.operation_id.clone(),

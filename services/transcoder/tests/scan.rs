@@ -271,6 +271,7 @@ impl Stack {
             output_prefix: format!("{}{op}/out/", self.key_prefix),
             attempt: 1,
             mp4_support: Default::default(),
+            poster_time: None,
         };
         self.s3.put_object().bucket(&self.bucket).key(&job.source_key).body(bytes.into()).send().await.unwrap();
         self.publish(&job).await;

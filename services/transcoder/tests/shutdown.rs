@@ -123,6 +123,7 @@ impl Bench {
             output_prefix: format!("{}{op}/out/", self.key_prefix),
             attempt: 1,
             mp4_support: Default::default(),
+            poster_time: None,
         };
         let body = aws_sdk_s3::primitives::ByteStream::from_path(source).await.unwrap();
         self.s3.put_object().bucket(&self.bucket).key(&job.source_key).body(body).send().await.unwrap();

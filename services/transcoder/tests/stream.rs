@@ -51,7 +51,7 @@ fn without_mp4_support_only_the_stream_is_made() {
     let dir = tempfile::tempdir().unwrap();
     let src = Clips::new(dir.path()).av("av.mp4", "640x360", "5");
     let out = dir.path().join("out");
-    let o = package(&src, &out, Packaging { segment_seconds: 2.0, mp4: false });
+    let o = package(&src, &out, Packaging { segment_seconds: 2.0, mp4: false, ..Packaging::default() });
     assert!(o.transcoded.renditions.is_empty());
     assert!(!out.join("360p.mp4").exists());
     let j = check_stream(&o, &src, &[("360p", 640, 360)], true);

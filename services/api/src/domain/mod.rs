@@ -34,6 +34,7 @@ pub(crate) fn transcode_job(
         attempt: attempt.max(1) as u32,
         mp4_support,
     }
+        poster_time: None,
 }
 
 /// `policies` with each repeated policy kept once, at its first place:

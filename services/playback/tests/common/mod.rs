@@ -165,6 +165,7 @@ pub async fn seed() -> World {
         segment_duration_ms: 1000,
         objects: stream_files().len() as u32,
         size_bytes: 0,
+        images: None,
     };
     let mut conn = diesel_async::AsyncPgConnection::establish_url(&db).await;
     diesel::sql_query(format!("INSERT INTO tenants (id, name) VALUES ('{tenant}', 'playback test')")).execute(&mut conn).await.unwrap();

@@ -49,7 +49,7 @@ pub const AUDIO_DIR: &str = "audio";
 pub struct Manifests {
     /// Every object: (path relative to the stream directory, `/`-separated;
     /// its content type), in upload order: segments before the playlists
-    /// that name them, the master playlist and the MPD last.
+    /// that name them, the storyboard objects, the master playlist and the MPD last.
     pub objects: Vec<(String, String)>,
 }
 
@@ -70,6 +70,8 @@ pub fn write(stream: &StreamFiles) -> Result<Manifests, MediaError> {
     if let Some(a) = &stream.audio {
         add_track(AUDIO_DIR, a, "audio/mp4")?;
     }
+    // The storyboard, thumbnail frames and poster (issue 20): before the manifests too.
+    objects.extend(stream.storyboard.iter().flat_map(|s| s.objects.iter().cloned()));
     put(&dir.join(DASH_MPD), &dash_mpd(stream))?;
     objects.push((DASH_MPD.to_owned(), "application/dash+xml".to_owned()));
     put(&dir.join(HLS_MASTER), &master_playlist(stream))?;

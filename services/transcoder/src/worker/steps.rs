@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
 use tokio::sync::watch;
-use vid_core::messages::{Mp4Support, ReportKind, StreamOutputs, TranscodeJob};
+use vid_core::messages::{Mp4Support, ReportKind, StreamImages, StreamOutputs, TranscodeJob};
 use vid_core::operation::Phase;
 use vid_core::video::{Poster, Rendition};
 
@@ -53,7 +53,8 @@ impl Worker {
         // 3–4. Probe and transcode in the child.
         progress.set(Phase::Probing, 11.0);
         let t = &self.settings.transcoder;
-        let packaging = Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None };
+        let packaging =
+            Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None, poster_time: job.poster_time };
         let out_dir = work.path().join("out");
         let media_job = MediaJob { input: source_path, out_dir, limits: t.limits(), ladder: t.ladder.clone(), packaging };
         let outcome = self.run_child(job, work, &media_job, progress, stop).await?;
@@ -143,6 +144,15 @@ impl Worker {
             segment_duration_ms: (outcome.transcoded.stream.segment_seconds * 1000.0).round() as u32,
             objects: objects.len() as u32,
             size_bytes,
+            images: outcome.transcoded.stream.storyboard.as_ref().map(|s| StreamImages {
+                interval_ms: s.interval_ms,
+                tile_width: s.tile_width,
+                tile_height: s.tile_height,
+                frames_ms: s.frames_ms.clone(),
+                frame_width: s.frame_width,
+                frame_height: s.frame_height,
+                duration_ms: s.duration_ms,
+            }),
         })
     }
 

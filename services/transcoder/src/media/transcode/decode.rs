@@ -11,7 +11,7 @@ use ffmpeg_next as ffmpeg;
 
 use super::graph::{build_video_graph, placements};
 use super::output::Output;
-use super::poster::PosterPicker;
+use super::storyboard::Storyboard;
 use crate::media::error::MediaError;
 use crate::media::ladder::Rung;
 use crate::media::libav::{internal, is_again, is_positive};
@@ -56,13 +56,21 @@ pub(super) struct VideoPath<'a> {
     /// Probed duration (seconds, > 0) or file size (bytes) for progress.
     duration: Option<f64>,
     size: f64,
-    poster: PosterPicker,
+    /// The storyboard, thumbnail frames and poster, fed the tallest rung's frames.
+    storyboard: Storyboard,
 }
 
 impl<'a> VideoPath<'a> {
-    /// Opens the decoder of `probe.video_stream` in `ictx`. Errors:
-    /// `unsupported_codec`, `corrupt_media` (the decoder does not open), internal.
-    pub(super) fn open(ictx: &format::context::Input, probe: &'a Probe, rungs: &'a [Rung], limits: &'a Limits) -> Result<Self, MediaError> {
+    /// Opens the decoder of `probe.video_stream` in `ictx`; the tallest
+    /// rung's frames go to `storyboard`. Errors: `unsupported_codec`,
+    /// `corrupt_media` (the decoder does not open), internal.
+    pub(super) fn open(
+        ictx: &format::context::Input,
+        probe: &'a Probe,
+        rungs: &'a [Rung],
+        limits: &'a Limits,
+        storyboard: Storyboard,
+    ) -> Result<Self, MediaError> {
         let ist = ictx.stream(probe.video_stream).ok_or_else(|| MediaError::Internal("video stream vanished".into()))?;
         let tb = ist.time_base();
         let start = if ist.start_time() == ffmpeg::ffi::AV_NOPTS_VALUE { 0 } else { ist.start_time() };
@@ -98,7 +106,7 @@ impl<'a> VideoPath<'a> {
             best_fraction: 0.0,
             duration,
             size: probe.source.size_bytes.max(1) as f64,
-            poster: PosterPicker::new(duration.map(|d| (d / 2.0).min(1.0)).unwrap_or(1.0)),
+            storyboard,
         })
     }
 
@@ -222,7 +230,7 @@ impl<'a> VideoPath<'a> {
                 // Everything of the old size goes out before the new graph takes over.
                 tracing::info!(from = %format!("{pw}x{ph}"), to = %format!("{w}x{h}"), at_seconds = secs, "the video changes size or format mid-stream; rebuilding the filter graph");
                 g.get("in").unwrap().source().flush().map_err(internal("flushing the video graph"))?;
-                drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.poster)?;
+                drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.storyboard)?;
             }
             let boxes = placements(w, h, self.sar, self.probe, self.rungs);
             let g = build_video_graph(&self.decoded, self.tb, self.sar, &self.probe.rotation_filter, &boxes)
@@ -236,7 +244,7 @@ impl<'a> VideoPath<'a> {
             .source()
             .add(&self.decoded)
             .map_err(|e| problem(problems::CORRUPT_MEDIA, format!("the video changes format mid-stream: {e}")))?;
-        drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.poster)
+        drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.storyboard)
     }
 
     /// Once the source is read: fails a decode that produced nothing, mostly
@@ -280,7 +288,7 @@ impl<'a> VideoPath<'a> {
             if end - last > 2 * gap {
                 self.held.set_pts(Some(end - gap));
                 g.get("in").unwrap().source().add(&self.held).map_err(internal("repeating the held last frame"))?;
-                drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.poster)?;
+                drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.storyboard)?;
             }
         }
         self.held = frame::Video::empty();
@@ -291,25 +299,25 @@ impl<'a> VideoPath<'a> {
     pub(super) fn flush(&mut self, outputs: &mut [Output]) -> Result<(), MediaError> {
         if let Some(g) = self.graph.as_mut() {
             g.get("in").unwrap().source().flush().map_err(internal("flushing the video graph"))?;
-            drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.poster)?;
+            drain_sinks(g, outputs, &mut self.filtered, self.tb, &mut self.storyboard)?;
         }
         Ok(())
     }
 
-    /// The poster frame picked, if any frame reached the tallest rung.
-    pub(super) fn into_poster(self) -> Option<frame::Video> {
-        self.poster.into_frame()
+    /// The storyboard (to finish), fed every frame of the tallest rung.
+    pub(super) fn into_storyboard(self) -> Storyboard {
+        self.storyboard
     }
 }
 
 /// Moves every filtered frame from the graph's sinks (`out<i>`) to rung `i`'s
-/// encoder, offering the tallest rung's frames to the poster picker.
+/// encoder, offering the tallest rung's frames to the storyboard.
 fn drain_sinks(
     g: &mut filter::Graph,
     outputs: &mut [Output],
     filtered: &mut frame::Video,
     tb: Rational,
-    poster: &mut PosterPicker,
+    storyboard: &mut Storyboard,
 ) -> Result<(), MediaError> {
     for (i, out) in outputs.iter_mut().enumerate() {
         let mut sink = g.get(&format!("out{i}")).unwrap();
@@ -320,7 +328,7 @@ fn drain_sinks(
                 Err(e) => return Err(MediaError::Internal(format!("video filter graph: {e}"))),
             }
             if i == 0 {
-                poster.offer(filtered, tb);
+                storyboard.offer(filtered, tb)?;
             }
             out.encode(filtered)?;
         }

@@ -17,9 +17,10 @@
 //!
 //! Audio is encoded once and shared: every rendition carries the identical
 //! AAC track (128 kb/s stereo or 96 kb/s mono), which costs one encode instead
-//! of N and keeps the renditions switchable. The poster is taken from the
-//! tallest rung's filtered frames (so it is upright and square-pixelled) at
-//! `min(1 s, duration / 2)` and encoded as a single MJPEG frame.
+//! of N and keeps the renditions switchable. The storyboard, the thumbnail
+//! source frames and the poster are taken from the tallest rung's filtered
+//! frames (so upright and square-pixelled) as they go by ([`storyboard`]:
+//! the instants, the poster rule), each encoded as a single MJPEG frame.
 //!
 //! Frame sizes. The probe only saw the stream header, and a stream may change
 //! its size mid-stream (a new SPS in H.264, a keyframe of another size in
@@ -48,7 +49,9 @@
 //!   and the shared audio) goes through [`output::Mp4Muxer`], so a second
 //!   packaging of the same packets is one more muxer beside it, never a
 //!   second encode;
-//! - [`poster`]: picks the poster frame and writes the JPEG;
+//! - [`poster`]: writes a frame as a JPEG;
+//! - [`storyboard`]: the storyboard sheet, VTT and JSON, the per-instant
+//!   frames (`stream/frames/<ms>.jpg`) and the poster;
 //! - [`cmaf`]: one CMAF track cut into `init.mp4` + `seg-NNNNN.m4s` objects.
 
 mod audio;
@@ -57,6 +60,7 @@ mod decode;
 mod graph;
 mod output;
 mod poster;
+pub mod storyboard;
 mod types;
 
 use std::path::Path;
@@ -65,6 +69,7 @@ use ffmpeg::{format, Packet};
 use ffmpeg_next as ffmpeg;
 
 pub use self::cmaf::{Segment, TrackFiles};
+pub use self::storyboard::StoryboardFiles;
 pub use self::types::{Packaging, PosterFile, RenditionFile, StreamFiles, Transcoded, VideoTrack};
 use super::error::MediaError;
 use super::ladder::Rung;
@@ -76,7 +81,8 @@ use crate::problems::{self, problem};
 /// Transcodes `input` (already probed and validated) into one CMAF track per
 /// rung under `<out_dir>/stream/<name>/` (plus `stream/audio/`), one MP4 per
 /// rung in `out_dir` (`<name>.mp4`, unless `packaging.mp4` is false) and
-/// `poster.jpg`, decoding the source once.
+/// `poster.jpg` (also `stream/poster.jpg`), plus the storyboard and the
+/// thumbnail frames under `stream/` ([`storyboard`]), decoding the source once.
 ///
 /// `progress` is called with the fraction done (0.0–1.0, finite, non-decreasing)
 /// after decoded video frames: decoded timestamp over the probed duration, or
@@ -105,14 +111,16 @@ pub fn transcode(
     assert!(!rungs.is_empty(), "the ladder plan is never empty");
     let mut ictx = format::input(&input).map_err(|e| problem(problems::CORRUPT_MEDIA, format!("cannot open the source: {e}")))?;
     let duration = probe.source.duration_seconds.filter(|d| *d > 0.0);
-    let mut video = decode::VideoPath::open(&ictx, probe, rungs, limits)?;
+    let stream_dir = out_dir.join("stream");
+    std::fs::create_dir_all(stream_dir.join(storyboard::FRAMES_DIR))
+        .map_err(|e| MediaError::Internal(format!("creating {}: {e}", stream_dir.display())))?;
+    let board = storyboard::Storyboard::new(&stream_dir, duration, packaging.poster_time);
+    let mut video = decode::VideoPath::open(&ictx, probe, rungs, limits, board)?;
     let mut audio = match probe.audio_stream {
         Some(i) => audio::AudioPipe::open(&ictx, i)?,
         None => None,
     };
 
-    std::fs::create_dir_all(out_dir).map_err(|e| MediaError::Internal(format!("creating {}: {e}", out_dir.display())))?;
-    let stream_dir = out_dir.join("stream");
     let seg = packaging.segment_seconds;
     let mut outputs = Vec::with_capacity(rungs.len());
     for rung in rungs {
@@ -151,8 +159,17 @@ pub fn transcode(
         renditions.extend(file);
         tracks.push(VideoTrack { name: rung.name, width: rung.width, height: rung.height, frame_rate: fps, track });
     }
-    let stream = StreamFiles { dir: stream_dir, segment_seconds: seg, video: tracks, audio: audio_track };
-    let poster = video.into_poster().map(|f| poster::write(&f, &out_dir.join("poster.jpg"))).transpose()?;
+    let stream_poster = stream_dir.join("poster.jpg");
+    let (storyboard, poster) = match video.into_storyboard().finish(seconds, &stream_poster)? {
+        Some((files, mut poster)) => {
+            let path = out_dir.join("poster.jpg");
+            std::fs::copy(&stream_poster, &path).map_err(|e| MediaError::Internal(format!("copying the poster: {e}")))?;
+            poster.path = path;
+            (Some(files), Some(poster))
+        }
+        None => (None, None),
+    };
+    let stream = StreamFiles { dir: stream_dir, segment_seconds: seg, video: tracks, audio: audio_track, storyboard };
     progress(1.0);
     Ok(Transcoded { renditions, stream, poster, decoded_seconds })
 }

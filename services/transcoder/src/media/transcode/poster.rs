@@ -1,53 +1,18 @@
-//! The poster: the tallest rung's filtered frame at `min(1 s, duration / 2)`
-//! (so upright and square-pixelled), encoded as one MJPEG frame.
+//! JPEG writing (one MJPEG frame, quality `qscale` 3) for the poster, the
+//! storyboard sheet and the thumbnail source frames; which frame is the
+//! poster is [`super::storyboard`]'s rule.
 
 use std::path::Path;
 
 use ffmpeg::{codec, encoder, format, frame, Packet, Rational};
 use ffmpeg_next as ffmpeg;
 
-use super::types::PosterFile;
 use crate::media::error::MediaError;
 use crate::media::libav::internal;
 
-/// Keeps the latest frame offered until one at or after `at` seconds arrives.
-pub(super) struct PosterPicker {
-    at: f64,
-    frame: Option<frame::Video>,
-    done: bool,
-}
-
-impl PosterPicker {
-    /// A picker for the frame at `at` seconds (stream time).
-    pub(super) fn new(at: f64) -> Self {
-        Self { at, frame: None, done: false }
-    }
-
-    /// Offers a filtered frame of the tallest rung (pts in `tb`).
-    pub(super) fn offer(&mut self, f: &frame::Video, tb: Rational) {
-        if self.done {
-            return;
-        }
-        let t = f.pts().unwrap_or(0) as f64 * f64::from(tb);
-        self.frame = Some(f.clone());
-        if t >= self.at {
-            self.done = true;
-        }
-    }
-
-    /// The frame picked, if any was offered.
-    pub(super) fn into_frame(self) -> Option<frame::Video> {
-        self.frame
-    }
-}
-
-/// Writes `f` to `path` as a JPEG of its own size. Errors: internal only.
-pub(super) fn write(f: &frame::Video, path: &Path) -> Result<PosterFile, MediaError> {
-    write_jpeg(f, path)?;
-    Ok(PosterFile { path: path.to_owned(), width: f.width(), height: f.height() })
-}
-
-fn write_jpeg(f: &frame::Video, path: &Path) -> Result<(), MediaError> {
+/// Writes `f` (any pixel format swscale reads) to `path` as a JPEG of its
+/// own size. Errors: internal only.
+pub(super) fn write_jpeg(f: &frame::Video, path: &Path) -> Result<(), MediaError> {
     let mut scaler = ffmpeg::software::scaling::Context::get(
         f.format(),
         f.width(),

@@ -61,6 +61,10 @@ pub struct StreamFiles {
     pub video: Vec<VideoTrack>,
     /// The one audio track (`audio/`), unless the source has no decodable audio.
     pub audio: Option<TrackFiles>,
+    /// The storyboard, thumbnail frames and poster written under `dir`
+    /// (issue 20), unless no frame reached the tallest rung.
+    #[serde(default)]
+    pub storyboard: Option<super::storyboard::StoryboardFiles>,
 }
 
 /// What [`transcode`] produced.
@@ -85,10 +89,15 @@ pub struct Packaging {
     pub segment_seconds: f64,
     /// Also write the static MP4 renditions (`mp4_support` `standard`). Default true.
     pub mp4: bool,
+    /// The poster's time in seconds (the job's `poster_time`; finite, ≥ 0;
+    /// past the end: the last frame). `None`: the representative-frame rule
+    /// of [`super::storyboard`].
+    #[serde(default)]
+    pub poster_time: Option<f64>,
 }
 
 impl Default for Packaging {
     fn default() -> Self {
-        Self { segment_seconds: 4.0, mp4: true }
+        Self { segment_seconds: 4.0, mp4: true, poster_time: None }
     }
 }
