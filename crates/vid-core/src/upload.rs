@@ -42,6 +42,15 @@ pub struct CreateUpload {
     /// (Mux's `mp4_support`). Absent: `standard`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mp4_support: Option<crate::video::Mp4Support>,
+    /// The poster's time in seconds from the start (issue 20): the poster is
+    /// the first frame at or after it; past the end, the last frame. A JSON
+    /// number ≥ 0 (negative: `422 invalid_poster_time`). Absent: a
+    /// representative frame (among the storyboard instants of the first
+    /// third, the one with the most luma variance, so not a black opening).
+    /// Kept as the JSON number (exact, comparable) for the `Idempotency-Key` check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<f64>, example = 12.5, minimum = 0))]
+    pub poster_time: Option<serde_json::Number>,
     /// The origin of the web page that uploads with the `client_token`
     /// (`scheme://host[:port]`, as browsers send it in `Origin`; Mux's
     /// `cors_origin`): the api's CORS answers on the client-token routes allow

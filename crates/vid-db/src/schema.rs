@@ -39,6 +39,7 @@ diesel::table! {
         expires_at -> Timestamptz,
         playback_policy -> Array<Text>,
         mp4_support -> Text,
+        poster_time -> Nullable<Float8>,
         cors_origin -> Nullable<Text>,
     }
 }
@@ -70,6 +71,7 @@ diesel::table! {
         playback_policy -> Array<Text>,
         mp4_support -> Text,
         stream -> Nullable<Jsonb>,
+        poster_time -> Nullable<Float8>,
     }
 }
 

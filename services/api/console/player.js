@@ -9,6 +9,12 @@
 // whose `canPlayType('application/vnd.apple.mpegurl')` says they play HLS
 // themselves (Safari; recent Chromium).
 //
+// `storyboardScrubber`: a seek strip under the hls.js player; the pointer over
+// it shows the storyboard tile of that time (issue 20: storyboard.json from
+// the playback origin, the sheet as a CSS background cropped to the tile),
+// a click seeks there. State for the console test: `data-time` (s) and
+// `data-tile` (index) on the preview.
+//
 // Both expose their state as data attributes on their <figure> for the
 // console test: `data-state` (loading, ready, error), `data-level` (the hls.js
 // level index playing), `data-levels` (how many), `data-auto`.
@@ -61,6 +67,7 @@ export function streamPlayer({ url, poster, name, renditions, signal }) {
   const problems = h('div');
   const figure = h('figure', { class: 'player', 'data-testid': 'hls-player', 'data-state': 'loading' },
     video,
+    storyboardScrubber({ url, video, signal }),
     h('figcaption', {},
       h('div', { class: 'row' },
         h('div', {}, h('strong', {}, 'hls.js'), ' · playing ', playing),
@@ -130,6 +137,51 @@ export function streamPlayer({ url, poster, name, renditions, signal }) {
     if (!signal.aborted) fail(problemBox({ title: 'The player did not load', detail: String(e && e.message ? e.message : e) }));
   });
   return figure;
+}
+
+/** The tile of `board` (storyboard.json) showing time `t` (s): the last one starting at or before it. */
+export function tileAt(board, t) {
+  let index = 0;
+  board.tiles.forEach((tile, i) => { if (tile.start <= t) index = i; });
+  return index;
+}
+
+/**
+ * A seek strip for `video` whose hover shows the storyboard tile of the
+ * pointer's time. `url` is the master playlist URL `…/play/{pb}.m3u8`; the
+ * storyboard is `…/play/{pb}/storyboard.json` (its `url` relative to it).
+ * Nothing is shown when the video has no storyboard.
+ */
+export function storyboardScrubber({ url, video, signal }) {
+  const jsonUrl = url.replace(/\.m3u8(\?.*)?$/, (_, q) => `/storyboard.json${q || ''}`);
+  const preview = h('div', { class: 'storyboard-tile', 'data-testid': 'storyboard-preview', hidden: true });
+  const strip = h('div', { class: 'scrub', 'data-testid': 'scrub', role: 'slider', 'aria-label': 'Seek (storyboard preview)', tabindex: '0', hidden: true }, preview);
+  fetch(jsonUrl, { signal }).then((r) => (r.ok ? r.json() : null)).then((board) => {
+    if (!board || !board.tiles || !board.tiles.length) return;
+    const sheet = new URL(board.url, jsonUrl).href;
+    strip.hidden = false;
+    preview.style.width = `${board.tile_width}px`;
+    preview.style.height = `${board.tile_height}px`;
+    preview.style.backgroundImage = `url("${sheet}")`;
+    const timeAt = (e) => {
+      const box = strip.getBoundingClientRect();
+      const f = Math.min(1, Math.max(0, (e.clientX - box.left) / box.width));
+      return { f, t: f * (Number.isFinite(video.duration) ? video.duration : board.duration) };
+    };
+    strip.addEventListener('pointermove', (e) => {
+      const { f, t } = timeAt(e);
+      const i = tileAt(board, t);
+      const tile = board.tiles[i];
+      preview.style.backgroundPosition = `-${tile.x}px -${tile.y}px`;
+      preview.style.left = `calc(${(f * 100).toFixed(2)}% - ${board.tile_width / 2}px)`;
+      preview.dataset.time = t.toFixed(2);
+      preview.dataset.tile = String(i);
+      preview.hidden = false;
+    });
+    strip.addEventListener('pointerleave', () => { preview.hidden = true; });
+    strip.addEventListener('click', (e) => { video.currentTime = timeAt(e).t; });
+  }).catch(() => {});
+  return strip;
 }
 
 /** `url` in a plain <video>, played by the browser's own HLS support. */

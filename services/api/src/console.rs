@@ -130,7 +130,8 @@ pub fn content_security_policy(storage: Option<&str>, playback: Option<&str>) ->
     // (media-src). Nothing else of the playback origin is allowed.
     // The upload page PUTs parts to presigned storage URLs (connect-src).
     let connect = sources("'self'", &[playback, storage]);
-    let img = sources("'self'", &[storage]);
+    // Images: the poster from storage, the storyboard sheet (issue 20) from the playback origin.
+    let img = sources("'self'", &[storage, playback]);
     let media = sources("'self'", &[storage, playback]);
     // Trusted Types with no policy: no string can reach an HTML or script sink
     // (innerHTML, document.write, eval…), so even a future careless line
@@ -185,8 +186,8 @@ mod tests {
         // hls.js: XHR to the playback service, MediaSource through a blob: URL.
         assert!(csp.contains("connect-src 'self' https://stream.example.com http://127.0.0.1:3900;"), "{csp}");
         assert!(csp.contains("media-src 'self' http://127.0.0.1:3900 https://stream.example.com blob:;"), "{csp}");
-        // Images (the poster) only from storage; blob: nowhere but media-src.
-        assert!(csp.contains("img-src 'self' http://127.0.0.1:3900;"), "{csp}");
+        // Images: the poster from storage, the storyboard from playback; blob: nowhere but media-src.
+        assert!(csp.contains("img-src 'self' http://127.0.0.1:3900 https://stream.example.com;"), "{csp}");
         assert_eq!(csp.matches("blob:").count(), 1, "{csp}");
         // No playback origin: nothing but this origin to connect to.
         let csp = content_security_policy(None, None);

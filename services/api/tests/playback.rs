@@ -436,3 +436,38 @@ async fn a_late_success_after_a_customer_cancel_deletes_the_stream_objects() {
     assert_eq!(stored_stream(&api, &video).await, None);
     s3.delete_object().bucket(bucket).key(&beside).send().await.unwrap();
 }
+
+/// Issue 20: `poster_time` is validated (a number ≥ 0), stored on the upload
+/// and the video, and carried into the transcode job and its re-drive.
+#[tokio::test]
+async fn poster_time_is_validated_copied_to_the_video_and_reaches_the_transcode_job() {
+    use vid_db::schema::{uploads, videos};
+    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let broker = Broker::connect(&api).await;
+    let client = api.client();
+    let req = CreateUpload { poster_time: Some(serde_json::Number::from_f64(2.5).unwrap()), ..upload_req(None, None) };
+    let (op, video) = uploaded(&client, &req).await;
+    assert_eq!(broker.job_of(&op).await.poster_time, Some(2.5));
+    let mut conn = api.state.db.get().await.unwrap();
+    let stored: (Option<f64>, Option<f64>) = uploads::table
+        .inner_join(videos::table.on(videos::upload_id.eq(uploads::id)))
+        .filter(videos::id.eq(video.as_str()))
+        .select((uploads::poster_time, videos::poster_time))
+        .first(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored, (Some(2.5), Some(2.5)));
+    let later = Utc::now() + chrono::Duration::seconds(api.state.settings.operations.redrive_after_seconds as i64 + 60);
+    assert_eq!(vid_api::janitor::redrive(&api.state, &mut conn, later).await.unwrap().redriven, 1);
+    assert_eq!(broker.job_of(&op).await.poster_time, Some(2.5), "a re-drive keeps it");
+
+    let (op, _) = uploaded(&client, &upload_req(None, None)).await;
+    assert_eq!(broker.job_of(&op).await.poster_time, None, "absent: the transcoder's rule");
+    for (body, status, code) in [
+        (r#"{"size_bytes":100,"content_type":"video/mp4","poster_time":-0.5}"#, 422, "invalid_poster_time"),
+        (r#"{"size_bytes":100,"content_type":"video/mp4","poster_time":"3"}"#, 400, "invalid_json"),
+    ] {
+        let (got, problem) = raw(&api, &api.key, reqwest::Method::POST, "/uploads", Some(body)).await;
+        assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{body}: {problem}");
+    }
+}

@@ -3,7 +3,8 @@
 //! Stateless: it reads `playback_ids` joined to `videos` from PostgreSQL
 //! and the stream's objects from the media bucket; its one write is the
 //! resized-thumbnail cache, `<stream prefix>thumbnails/<ms>_<width>.jpg`
-//! in the media bucket ([`images`], issue 20). It never talks to RabbitMQ or to another service, so it
+//! in the media bucket ([`images`], issue 20). It never talks to RabbitMQ or
+//! to another service, so it
 //! scales on request load alone (k8s/base/playback.yaml).
 //!
 //! - [`paths`]: the strict path grammar (anything else is a 404);
@@ -16,13 +17,12 @@
 
 pub mod cache;
 pub mod error;
+pub mod images;
 pub mod metrics;
 pub mod paths;
 pub mod rewrite;
 pub mod routes;
 pub mod settings;
-pub mod images;
-pub mod known;
 pub mod state;
 pub mod storage;
 pub mod store;

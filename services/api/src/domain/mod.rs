@@ -33,8 +33,8 @@ pub(crate) fn transcode_job(
         output_prefix: format!("tenants/{tenant}/videos/{video}/"),
         attempt: attempt.max(1) as u32,
         mp4_support,
-    }
         poster_time: None,
+    }
 }
 
 /// `policies` with each repeated policy kept once, at its first place:

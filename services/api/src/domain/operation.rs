@@ -421,6 +421,7 @@ async fn redrive(conn: &mut Conn, op: &Locked<'_>, heartbeat: Option<DateTime<Ut
     let attempt = ops::set_republished(conn, op.id, heartbeat).await?;
     let src = ops::job_source(conn, op.id).await?;
     let job = super::transcode_job(op.id, &src.video, &src.tenant, src.source_key, src.size_bytes, attempt, src.mp4_support);
+    let job = vid_core::messages::TranscodeJob { poster_time: src.poster_time, ..job };
     op.staged.transcode_job(conn, &job).await?;
     Ok(Applied::Changed)
 }

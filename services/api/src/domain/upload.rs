@@ -59,9 +59,13 @@ pub async fn finalize(conn: &mut Conn, outbox: &Outbox, row: &UploadRow) -> Quer
                     mp4_support: row.mp4_support,
                 };
                 let created = ops::insert_processing(conn, &new).await?;
+                if row.poster_time.is_some() {
+                    ops::set_poster_time(conn, &video_id, row.poster_time).await?;
+                }
                 uploads::link(conn, &row.id, &video_id, &op_id).await?;
                 let job =
                     super::transcode_job(&op_id, &video_id, &row.tenant_id, row.storage_key.clone(), row.size_bytes, 1, row.mp4_support);
+                let job = vid_core::messages::TranscodeJob { poster_time: row.poster_time, ..job };
                 staged.transcode_job(conn, &job).await?;
                 Ok(Finalized::Created(Box::new(created.into_operation())))
             }

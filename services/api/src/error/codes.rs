@@ -57,6 +57,7 @@ registry! { ANSWERS:
     BODY_TOO_LARGE = "body_too_large", 413, "Body too large", "JSON bodies are limited to 64 KiB.";
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415, "Unsupported media type", "Send the body as `application/json`.";
     INVALID_SIZE = "invalid_size", 422, "Request refused", "`size_bytes` is 0.";
+    INVALID_POSTER_TIME = "invalid_poster_time", 422, "Request refused", "`poster_time` is negative (seconds from the start, ≥ 0).";
     INVALID_CORS_ORIGIN = "invalid_cors_origin", 422, "Request refused", "`cors_origin` is not an origin (`scheme://host[:port]`, http or https, nothing after it).";
     FILE_TOO_LARGE = "file_too_large", 422, "Request refused", "`size_bytes` is above `uploads.max_size_bytes`.";
     UNSUPPORTED_CONTENT_TYPE = "unsupported_content_type", 422, "Request refused", "`content_type` is not on the allow-list.";

@@ -190,6 +190,8 @@ pub struct JobSource {
     pub size_bytes: i64,
     /// The video's `mp4_support` (from its upload).
     pub mp4_support: Mp4Support,
+    /// The video's `poster_time` in seconds (from its upload; issue 20).
+    pub poster_time: Option<f64>,
 }
 
 /// What a transcode job of an operation is built from: video, tenant, the
@@ -200,7 +202,7 @@ pub async fn job_source(conn: &mut Conn, id: &OperationId) -> QueryResult<JobSou
         .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
         .inner_join(uploads::table.on(uploads::id.eq(videos::upload_id)))
         .filter(operations::id.eq(id))
-        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes, videos::mp4_support))
+        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes, videos::mp4_support, videos::poster_time))
         .first(conn)
         .await
 }
@@ -364,6 +366,11 @@ pub struct NewTranscode<'a> {
     pub playback_policy: &'a [PlaybackPolicy],
     /// Static MP4s or not (from its upload).
     pub mp4_support: Mp4Support,
+}
+
+/// Sets a new video's `poster_time` (seconds; from its upload, issue 20).
+pub async fn set_poster_time(conn: &mut Conn, video: &VideoId, poster_time: Option<f64>) -> QueryResult<()> {
+    diesel::update(videos::table).filter(videos::id.eq(video)).set(videos::poster_time.eq(poster_time)).execute(conn).await.map(|_| ())
 }
 
 /// Inserts a `processing` video and its `pending` operation; returns the operation as committed.

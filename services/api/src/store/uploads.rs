@@ -59,6 +59,8 @@ pub struct UploadRow {
     pub mp4_support: Mp4Support,
     /// The page origin allowed to call the client-token routes (issue 21).
     pub cors_origin: Option<String>,
+    /// The poster's time in seconds (issue 20), copied to the video and its transcode job.
+    pub poster_time: Option<f64>,
 }
 
 impl UploadRow {
@@ -124,10 +126,12 @@ pub struct NewUpload<'a> {
     pub playback_policy: &'a [PlaybackPolicy],
     /// Static MP4s or not.
     pub mp4_support: Mp4Support,
-}
-
     /// The page origin of browser uploads ([`crate::cors::parse_cors_origin`]'s form).
     pub cors_origin: Option<&'a str>,
+    /// The poster's time in seconds (finite, ≥ 0), if asked.
+    pub poster_time: Option<f64>,
+}
+
 /// Inserts the upload unless the tenant's cap is reached; `Some((in_flight,
 /// cap))` when refused. For a tenant with a cap, one transaction holds the
 /// tenant's row (`FOR NO KEY UPDATE`) around the count and the insert, so its
@@ -174,11 +178,12 @@ pub async fn insert_within_cap(conn: &mut Conn, new: &NewUpload<'_>) -> QueryRes
                     uploads::expires_at.eq(new.expires_at),
                     uploads::playback_policy.eq(new.playback_policy),
                     uploads::mp4_support.eq(new.mp4_support),
+                    uploads::cors_origin.eq(new.cors_origin),
+                    uploads::poster_time.eq(new.poster_time),
                 ))
                 .execute(conn)
                 .await?;
             Ok(None)
-                    uploads::cors_origin.eq(new.cors_origin),
         }
         .scope_boxed()
     })
