@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | `not_found` | 404 | path outside the grammar, unknown or deleted playback ID, video not ready or without a stream, no such track or segment |
 //! | `playback_token_required` | 403 | the playback ID's policy is `signed` (tokens: issue 20) |
+//! | `invalid_parameter` | 400 | `thumbnail.jpg`'s `time` or `width` is not a number in range (`time`: finite, ≥ 0 s; `width`: an integer ≥ 1) |
 //! | `range_not_satisfiable` | 416 | a `Range` starting past the object's end (`Content-Range: bytes */<size>`) |
 //! | `method_not_allowed` | 405 | not GET, HEAD or OPTIONS (`Allow` says which) |
 //! | `unavailable` | 503 | PostgreSQL or storage did not answer (`Retry-After: 1`) |
@@ -26,6 +27,8 @@ pub mod codes {
     pub const NOT_FOUND: &str = "not_found";
     /// 403.
     pub const PLAYBACK_TOKEN_REQUIRED: &str = "playback_token_required";
+    /// 400 (issue 20: a thumbnail's `time` or `width`).
+    pub const INVALID_PARAMETER: &str = "invalid_parameter";
     /// 416.
     pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
     /// 405.
@@ -45,6 +48,9 @@ pub enum PlaybackError {
     /// 403 `playback_token_required`.
     #[error("this playback ID is signed")]
     TokenRequired,
+    /// 400 `invalid_parameter`: which rule the value broke (sent as the detail).
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(&'static str),
     /// 416 `range_not_satisfiable`; the object's size when known.
     #[error("range not satisfiable")]
     RangeNotSatisfiable(Option<u64>),
@@ -65,6 +71,7 @@ impl PlaybackError {
         match self {
             Self::NotFound => codes::NOT_FOUND,
             Self::TokenRequired => codes::PLAYBACK_TOKEN_REQUIRED,
+            Self::InvalidParameter(_) => codes::INVALID_PARAMETER,
             Self::RangeNotSatisfiable(_) => codes::RANGE_NOT_SATISFIABLE,
             Self::MethodNotAllowed => codes::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => codes::UNAVAILABLE,
@@ -76,6 +83,7 @@ impl PlaybackError {
         match self {
             Self::NotFound => ("Not Found", "no playable stream at this address"),
             Self::TokenRequired => ("Playback Token Required", "this playback ID needs a signed playback token"),
+            Self::InvalidParameter(rule) => ("Invalid Parameter", rule),
             Self::RangeNotSatisfiable(_) => ("Range Not Satisfiable", "the requested range starts past the end of the object"),
             Self::MethodNotAllowed => ("Method Not Allowed", "only GET, HEAD and OPTIONS are served"),
             Self::Unavailable(_) => ("Service Unavailable", "a dependency did not answer; retry shortly"),
@@ -89,6 +97,7 @@ impl ResponseError for PlaybackError {
         match self {
             Self::NotFound => StatusCode::NOT_FOUND,
             Self::TokenRequired => StatusCode::FORBIDDEN,
+            Self::InvalidParameter(_) => StatusCode::BAD_REQUEST,
             Self::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
