@@ -221,7 +221,10 @@ try {
     // (native HLS); no worker, no eval.
     const directive = (name) => (csp.split(';').map((d) => d.trim().split(/\s+/)).find(([n]) => n === name) || []).slice(1);
     assert(directive('default-src').join(' ') === "'none'", `default-src 'none': ${csp}`);
-    assert(directive('connect-src').join(' ') === `'self' ${PLAYBACK_URL}`, `connect-src is this origin and the playback service: ${csp}`);
+    // …and the storage origin, for the upload page's part PUTs (issue 21).
+    const connect = directive('connect-src');
+    assert(connect[0] === "'self'" && connect[1] === PLAYBACK_URL && connect.length === 3 && /^https?:\/\/[^/]+$/.test(connect[2]),
+      `connect-src is this origin, the playback service and storage: ${csp}`);
     const media = directive('media-src');
     assert(media.includes('blob:') && media.includes(PLAYBACK_URL) && media.includes("'self'"), `media-src has blob: and the playback service: ${csp}`);
     assert(!directive('img-src').includes('blob:') && !directive('img-src').includes(PLAYBACK_URL), `img-src does not open for playback: ${csp}`);
@@ -448,6 +451,36 @@ try {
     await playsFor(video, 1.0, `playback after the seek to ${r.mid.toFixed(2)} s`);
     await noPlayerError(figure, 'the hls.js player after the seek');
     await screenshot('video-stream-seeked');
+  });
+
+  await step('hovering the seek strip shows the storyboard tile of that time (issue 20)', async () => {
+    const figure = page.getByTestId('hls-player');
+    const strip = figure.getByTestId('scrub');
+    await eventually('the seek strip (storyboard.json loaded)', async () => strip.isVisible());
+    const hlsUrl = await figure.locator('video').evaluate(() => document.querySelector('[data-testid="hls-url"], a[href$=".m3u8"]')?.href || null);
+    const box = await strip.boundingBox();
+    await page.mouse.move(box.x + box.width * 0.75, box.y + box.height / 2);
+    const preview = figure.getByTestId('storyboard-preview');
+    await eventually('the tile preview', async () => preview.isVisible());
+    const shown = await preview.evaluate((el) => ({ time: Number(el.dataset.time), tile: Number(el.dataset.tile), position: el.style.backgroundPosition, image: el.style.backgroundImage }));
+    const sheetUrl = shown.image.replace(/^url\("?/, '').replace(/"?\)$/, '');
+    const jsonUrl = sheetUrl.replace(/storyboard\.jpg(\?.*)?$/, 'storyboard.json$1');
+    const board = await page.evaluate(async (u) => (await fetch(u)).json(), jsonUrl);
+    const duration = await figure.locator('video').evaluate((v) => v.duration);
+    assert(Math.abs(shown.time - 0.75 * duration) < 0.05 * duration, `the pointer's time: ${JSON.stringify(shown)} of ${duration} s (${hlsUrl})`);
+    let expected = 0;
+    board.tiles.forEach((t, i) => { if (t.start <= shown.time) expected = i; });
+    assert(shown.tile === expected, `tile ${shown.tile} shown at ${shown.time} s, the storyboard says ${expected}: ${JSON.stringify(board.tiles)}`);
+    const tile = board.tiles[expected];
+    assert(shown.position === `-${tile.x}px -${tile.y}px`, `the sheet is cropped to the tile: ${shown.position} vs ${tile.x},${tile.y}`);
+    const loaded = await page.evaluate((src) => new Promise((resolve) => {
+      const img = new Image();
+      img.onload = () => resolve(img.naturalWidth);
+      img.onerror = () => resolve(0);
+      img.src = src;
+    }), sheetUrl);
+    assert(loaded >= board.tile_width, `the sheet loads under the CSP (img-src): width ${loaded}`);
+    await screenshot('video-storyboard-hover');
   });
 
   await step('native HLS: where canPlayType says yes, the browser\'s own player plays the same URL', async () => {
