@@ -365,7 +365,7 @@ impl Client {
     /// the video is ready).
     ///
     /// Errors: [`ClientError::Api`] with `not_found` (no such video of this
-    /// tenant) or `unsupported_playback_policy` (`signed`, not served yet).
+    /// tenant). A `signed` ID plays with a token ([`crate::sign_playback_token`]).
     pub async fn create_playback_id(&self, video: &VideoId, policy: PlaybackPolicy) -> Result<PlaybackIdView, ClientError> {
         let body = CreatePlaybackId { policy };
         Ok(self.call(Method::POST, &format!("/videos/{video}/playback-ids"), Some(&body), &[]).await?.0)

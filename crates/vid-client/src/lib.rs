@@ -15,14 +15,17 @@
 
 //!
 //! Modules: [`client`] the [`Client`] and its errors (one method per API
-//! call); [`resources`] the webhook endpoint and delivery calls; [`upload`]
+//! call); [`resources`] the webhook endpoint and delivery calls; [`signing`]
+//! signing keys and playback tokens for signed playback IDs; [`upload`]
 //! parallel, resumable uploads; [`sniff`] a file's media type from its first
 //! bytes.
 
 pub mod client;
 pub mod resources;
+pub mod signing;
 pub mod sniff;
 pub mod upload;
 
 pub use client::{Accepted, Client, ClientError, EventFilter, HttpMethod, OperationEvent, OperationEvents, Page};
 pub use resources::{DeliveryFilter, EndpointChanges};
+pub use signing::{sign_claims, sign_playback_token, SignError};

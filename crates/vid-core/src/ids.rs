@@ -180,6 +180,11 @@ prefixed_id!(
     /// `signed` one also needs a JWT (issue 20). `pb_…`
     PlaybackId, "pb_"
 );
+prefixed_id!(
+    /// A tenant's signing key for playback tokens: we keep its public half,
+    /// the customer's server signs with the private half (issue 20). `sk_…`
+    SigningKeyId, "sk_"
+);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 //! - [`messages`]: what travels over RabbitMQ between the services.
 //! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
 //! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
+//! - [`signing`]: signing keys and the claims of a signed playback token.
 //!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`, `DeliveryStatus`), one spelling for the wire and
 //!   the database; an unknown stored value is an error, never a default.
 
@@ -27,6 +28,7 @@ pub mod playback;
 pub mod problem;
 pub mod upload;
 pub mod video;
+pub mod signing;
 
 pub use ids::*;
 pub use page::Page;

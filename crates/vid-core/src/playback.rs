@@ -80,6 +80,41 @@ pub fn dash_url(base: &str, id: &PlaybackId) -> String {
     format!("{base}/play/{id}.mpd")
 }
 
+/// The `aud` claim of a playback token (issue 20): which kind of resource
+/// a token opens. A token for one audience opens nothing of another, so a
+/// thumbnail token shared on a social card cannot play the video.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Audience {
+    /// `v`: the stream (manifests, init segments, media segments).
+    Video,
+    /// `t`: `thumbnail.jpg`.
+    Thumbnail,
+    /// `s`: `storyboard.jpg`, `.vtt`, `.json`.
+    Storyboard,
+    /// `g`: `poster.jpg`.
+    Poster,
+}
+
+impl Audience {
+    /// Every audience.
+    pub const ALL: [Audience; 4] = [Self::Video, Self::Thumbnail, Self::Storyboard, Self::Poster];
+
+    /// The claim's value: `v`, `t`, `s` or `g`.
+    pub fn claim(self) -> &'static str {
+        match self {
+            Self::Video => "v",
+            Self::Thumbnail => "t",
+            Self::Storyboard => "s",
+            Self::Poster => "g",
+        }
+    }
+
+    /// Parses a claim value (exact, case-sensitive).
+    pub fn from_claim(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.claim() == s)
+    }
+}
+
 /// Playback policies a `POST /uploads` without `playback_policy` gets.
 pub const DEFAULT_POLICIES: &[PlaybackPolicy] = &[PlaybackPolicy::Public];
 
@@ -94,6 +129,10 @@ mod tests {
         assert_eq!(v.hls_url, "http://127.0.0.1:8090/play/pb_01jd8x4m3v0k2q6s7t9w1y5zab.m3u8");
         assert_eq!(v.dash_url, "http://127.0.0.1:8090/play/pb_01jd8x4m3v0k2q6s7t9w1y5zab.mpd");
         assert_eq!(serde_json::to_value(v).unwrap()["policy"], "public");
+        for a in Audience::ALL {
+            assert_eq!(Audience::from_claim(a.claim()), Some(a));
+        }
+        assert_eq!(Audience::from_claim("V"), None);
         for p in PlaybackPolicy::ALL {
             assert_eq!(serde_json::to_value(p).unwrap(), p.as_str());
         }

@@ -208,6 +208,15 @@ diesel::joinable!(api_keys -> tenants (tenant_id));
 diesel::joinable!(playback_ids -> videos (video_id));
 diesel::joinable!(operations -> videos (video_id));
 diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
+diesel::table! {
+    signing_keys (id) {
+        id -> Text,
+        tenant_id -> Text,
+        public_key -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
@@ -222,6 +231,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhook_endpoints,
     webhook_deliveries,
 diesel::joinable!(upload_client_tokens -> uploads (upload_id));
+    signing_keys,
     webhook_attempts,
     idempotency_keys,
 );

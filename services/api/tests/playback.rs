@@ -345,18 +345,21 @@ async fn playback_ids_are_added_listed_oldest_first_and_deleted_per_video_and_te
 }
 
 #[tokio::test]
-async fn signed_is_refused_with_its_code_and_bad_values_are_400() {
+async fn signed_is_accepted_without_a_signing_key_and_bad_values_are_400() {
     let api = TestApi::start(&[QUIET_JANITOR]).await;
     let client = api.client();
 
-    let err = client.create_upload(&upload_req(Some(vec![PlaybackPolicy::Public, PlaybackPolicy::Signed]), None), None).await.unwrap_err();
-    assert_eq!(problem_code(&err), "unsupported_playback_policy");
-    assert_eq!(err.problem().unwrap().status, 422);
+    // Issue 20: `signed` is served; the tenant has no signing key yet (it may come later).
+    let (_, signed_video) = uploaded(&client, &upload_req(Some(vec![PlaybackPolicy::Public, PlaybackPolicy::Signed]), None)).await;
+    let (upload, stored) = stored_options(&api, &signed_video).await;
+    assert_eq!(upload.0, vec!["public".to_owned(), "signed".to_owned()]);
+    assert_eq!(stored.0, upload.0);
 
     let (_, video) = uploaded(&client, &upload_req(None, None)).await;
-    let err = client.create_playback_id(&video, PlaybackPolicy::Signed).await.unwrap_err();
-    assert_eq!((problem_code(&err), err.problem().unwrap().status), ("unsupported_playback_policy".to_owned(), 422));
-    assert!(playback_rows(&api, &video).await.is_empty());
+    let created = client.create_playback_id(&video, PlaybackPolicy::Signed).await.unwrap();
+    assert_eq!(created.policy, PlaybackPolicy::Signed);
+    assert_eq!(playback_rows(&api, &video).await, vec![(created.id.to_string(), "signed".to_owned())]);
+    assert_eq!(client.get_video(&video).await.unwrap().playback_ids, vec![created]);
 
     let upload = |extra: &str| format!(r#"{{"size_bytes": 100, "content_type": "video/mp4"{extra}}}"#);
     for body in [
@@ -374,7 +377,7 @@ async fn signed_is_refused_with_its_code_and_bad_values_are_400() {
         let (status, problem) = raw(&api, &api.key, reqwest::Method::POST, &path, Some(body)).await;
         assert_eq!((status, problem["code"].as_str()), (400, Some("invalid_json")), "{body:?}: {problem}");
     }
-    assert!(playback_rows(&api, &video).await.is_empty());
+    assert_eq!(playback_rows(&api, &video).await.len(), 1, "no bad body added one");
 }
 
 #[tokio::test]

@@ -31,6 +31,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod token;
 use actix_web::http::header;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
@@ -64,6 +65,7 @@ impl Application {
             settings: Arc::new(settings),
         };
         let listen = &state.settings.playback.listen;
+            signing_keys: Arc::new(token::KeyCache::default()),
         let listener = TcpListener::bind(listen).with_context(|| format!("binding playback.listen {listen}"))?;
         let port = listener.local_addr()?.port();
         Ok(Self { port, listener, state })

@@ -11,7 +11,9 @@
 //!
 //! Every request for a playback resource: strict path grammar ([`crate::paths`])
 //! → the playback ID looked up ([`resolve`]: row + video `ready` + a stream;
-//! cached for `lookup_cache_ms`) → `403` for a `signed` ID → the object.
+//! cached for `lookup_cache_ms`) → a `signed` ID's `?token=` verified
+//! ([`crate::token`]; `403` otherwise) → the object, manifests with the same
+//! token appended to every URI.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,7 +21,7 @@ use std::time::Instant;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use vid_core::messages::StreamOutputs;
-use vid_core::playback::PlaybackPolicy;
+use vid_core::playback::{Audience, PlaybackPolicy};
 use vid_core::PlaybackId;
 use vid_db::RunQueryDsl;
 
@@ -87,24 +89,24 @@ async fn root_mpd(req: HttpRequest, state: web::Data<AppState>, pb: web::Path<St
     root(&req, &state, &format!("{pb}.mpd")).await
 }
 
-/// Refuses a query string (`404`): every playback resource has exactly one
-/// spelling, so a CDN keyed on the whole URL caches one copy, and a
-/// made-up `?x=…` cannot walk around the CDN to the origin and storage.
-/// (Issue 20's `?token=` will be the one parameter a signed ID takes.)
+/// Refuses a query string (`404`) other than a signed ID's `?token=`:
+/// every playback resource has exactly one spelling, so a CDN keyed on the
+/// whole URL caches one copy, and a made-up `?x=…` cannot walk around the
+/// CDN to the origin and storage. (Whether a `token` may be there is
+/// [`crate::token::authorize`]'s call: a public ID takes none.)
 fn no_query(req: &HttpRequest) -> Result<(), PlaybackError> {
-    if req.uri().query().is_some() {
-        return Err(PlaybackError::NotFound);
-    }
-    Ok(())
+    crate::token::check_query(req, &[])
 }
 
 async fn root(req: &HttpRequest, state: &AppState, file: &str) -> Result<HttpResponse, PlaybackError> {
     no_query(req)?;
     let (id, kind) = paths::root(file).ok_or(PlaybackError::NotFound)?;
-    let entry = resolve(state, &id).await?;
+    let entry = resolve(state, req, &id, Audience::Video).await?;
     let stream = playable(&entry)?;
     let prefix = format!("{id}/");
-    let mapper = UriMapper::under(&prefix);
+    // A signed ID's token goes on every URI: one token URL plays it all.
+    let forward = crate::token::forward_query(req);
+    let mapper = with_token(UriMapper::under(&prefix), forward.as_deref());
     match kind {
         RootFile::HlsMaster => manifest(req, state, &stream.hls_master_key, ManifestKind::Hls, HLS_TYPE, mapper).await,
         RootFile::DashMpd => manifest(req, state, &stream.dash_manifest_key, ManifestKind::Dash, DASH_TYPE, mapper).await,
@@ -121,11 +123,15 @@ async fn track_file(
     let id = paths::playback_id(&pb).ok_or(PlaybackError::NotFound)?;
     let track = paths::track(&track).ok_or(PlaybackError::NotFound)?;
     let file = paths::track_file(&file).ok_or(PlaybackError::NotFound)?;
-    let entry = resolve(&state, &id).await?;
+    let entry = resolve(&state, &req, &id, Audience::Video).await?;
     let stream = playable(&entry)?;
     let key = object_key(stream, track, file);
     match file {
-        TrackFile::MediaPlaylist => manifest(&req, &state, &key, ManifestKind::Hls, HLS_TYPE, UriMapper::same_directory()).await,
+        TrackFile::MediaPlaylist => {
+            let forward = crate::token::forward_query(&req);
+            let mapper = with_token(UriMapper::same_directory(), forward.as_deref());
+            manifest(&req, &state, &key, ManifestKind::Hls, HLS_TYPE, mapper).await
+        }
         TrackFile::Init | TrackFile::Segment(_) => {
             let headers = req.headers();
             let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).filter(|v| storage::single_byte_range(v));
@@ -143,11 +149,14 @@ pub fn object_key(stream: &StreamOutputs, track: &str, file: TrackFile) -> Strin
     format!("{}{track}/{}", stream.prefix, file.file_name())
 }
 
-/// The playback ID's entry, from the lookup cache or PostgreSQL. Errors:
-/// `NotFound` (no such ID), `TokenRequired` (a `signed` ID: checked before
-/// the video's state, so a signed ID reveals nothing without a token),
+/// The playback ID's entry, from the lookup cache or PostgreSQL, once `req`
+/// may open resources of `audience` through it ([`crate::token::authorize`]:
+/// a signed ID's token verified, its grant kept in `req`'s extensions).
+/// Errors: `NotFound` (no such ID; a `token` on a public ID),
+/// `TokenRequired` and `TokenRefused` (a `signed` ID: checked before the
+/// video's state, so a signed ID reveals nothing without a valid token),
 /// `Unavailable`, `Internal`.
-pub async fn resolve(state: &AppState, id: &PlaybackId) -> Result<Arc<Entry>, PlaybackError> {
+pub async fn resolve(state: &AppState, req: &HttpRequest, id: &PlaybackId, audience: Audience) -> Result<Arc<Entry>, PlaybackError> {
     let cached = state.lookups.get(id.as_str());
     crate::metrics::cache_lookup("id", cached.is_some());
     let entry = match cached {
@@ -160,10 +169,15 @@ pub async fn resolve(state: &AppState, id: &PlaybackId) -> Result<Arc<Entry>, Pl
         }
     };
     let entry = entry.ok_or(PlaybackError::NotFound)?;
-    match entry.policy {
-        PlaybackPolicy::Public => Ok(entry),
-        // Issue 20 verifies a JWT here; until then a signed ID plays nowhere.
-        PlaybackPolicy::Signed => Err(PlaybackError::TokenRequired),
+    crate::token::authorize(state, req, id, entry.policy == PlaybackPolicy::Signed, audience).await?;
+    Ok(entry)
+}
+
+/// `mapper`, also appending `query` (a verified token's `token=…`) when there is one.
+fn with_token<'a>(mapper: UriMapper<'a>, query: Option<&'a str>) -> UriMapper<'a> {
+    match query {
+        Some(q) => mapper.with_query(q),
+        None => mapper,
     }
 }
 
@@ -215,7 +229,7 @@ async fn manifest(
         _ => false,
     };
     let mut res = if not_modified { HttpResponse::NotModified() } else { HttpResponse::Ok() };
-    res.insert_header((header::CACHE_CONTROL, state.manifest_cache_control.to_string()));
+    res.insert_header((header::CACHE_CONTROL, crate::token::cache_control(req, &state.manifest_cache_control).into_owned()));
     if let Some(tag) = etag.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
         res.insert_header((header::ETAG, tag));
     }

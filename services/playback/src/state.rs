@@ -16,6 +16,8 @@ pub struct AppState {
     pub lookups: Arc<LookupCache>,
     /// Manifest objects.
     pub manifests: Arc<ManifestCache>,
+    /// Parsed public keys of signing keys (never whether a key exists).
+    pub signing_keys: Arc<crate::token::KeyCache>,
     /// `Cache-Control` of manifests: `public, max-age=<manifest_max_age_seconds>`.
     pub manifest_cache_control: Arc<str>,
     /// `Cache-Control` of media: `public, max-age=<media_max_age_seconds>, immutable`.

@@ -1,5 +1,6 @@
-//! Every SQL statement of the playback service (one, and it only reads):
-//! a playback ID's row joined to its video. The api owns both tables
+//! Every SQL statement of the playback service (two, and they only read):
+//! a playback ID's row joined to its video, and a signing key's public half
+//! joined to a playback ID by tenant (issue 20). The api owns these tables
 //! (ARCHITECTURE.md, "Who writes what"); this service never writes.
 
 use diesel::prelude::*;
@@ -7,8 +8,8 @@ use diesel::OptionalExtension;
 use vid_core::messages::StreamOutputs;
 use vid_core::playback::PlaybackPolicy;
 use vid_core::video::VideoStatus;
-use vid_core::PlaybackId;
-use vid_db::schema::{playback_ids, videos};
+use vid_core::{PlaybackId, SigningKeyId};
+use vid_db::schema::{playback_ids, signing_keys, videos};
 use vid_db::{Pool, RunQueryDsl};
 
 use crate::error::PlaybackError;
@@ -50,4 +51,24 @@ pub async fn lookup(pool: &Pool, id: &PlaybackId) -> Result<Option<Entry>, Playb
         _ => None,
     };
     Ok(Some(Entry { policy, stream }))
+}
+
+/// The public key (SPKI PEM) of signing key `kid` when it belongs to the
+/// tenant of playback ID `id`; `None` for an unknown or deleted key, a key
+/// of another tenant, or an unknown playback ID. Asked on every request of
+/// a signed ID, never cached, so a deleted key fails from the next request
+/// on. One query on two primary keys.
+///
+/// Errors: `Unavailable` when PostgreSQL does not answer.
+pub async fn signing_key(pool: &Pool, id: &PlaybackId, kid: &SigningKeyId) -> Result<Option<String>, PlaybackError> {
+    let mut conn = pool.get().await.map_err(|e| PlaybackError::Unavailable(format!("database pool: {e}")))?;
+    signing_keys::table
+        .inner_join(playback_ids::table.on(playback_ids::tenant_id.eq(signing_keys::tenant_id)))
+        .filter(playback_ids::id.eq(id.as_str()))
+        .filter(signing_keys::id.eq(kid.as_str()))
+        .select(signing_keys::public_key)
+        .first::<String>(&mut conn)
+        .await
+        .optional()
+        .map_err(|e| PlaybackError::Unavailable(format!("signing key lookup: {e}")))
 }

@@ -62,7 +62,6 @@ registry! { ANSWERS:
     FILE_TOO_LARGE = "file_too_large", 422, "Request refused", "`size_bytes` is above `uploads.max_size_bytes`.";
     UNSUPPORTED_CONTENT_TYPE = "unsupported_content_type", 422, "Request refused", "`content_type` is not on the allow-list.";
     INVALID_FILENAME = "invalid_filename", 422, "Request refused", "`filename` is over 255 bytes or has a control, format or line-separator character.";
-    UNSUPPORTED_PLAYBACK_POLICY = "unsupported_playback_policy", 422, "Request refused", "The playback policy `signed` is not served yet (signing keys come with issue 20); use `public`.";
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused", 422, "Request refused", "This `Idempotency-Key` was used with a different request body.";
     INVALID_DESCRIPTION = "invalid_description", 422, "Request refused", "An endpoint `description` is over 1024 bytes or has a character unsafe to display.";
     INVALID_EVENT_TYPES = "invalid_event_types", 422, "Request refused", "An endpoint's `event_types` is an empty list.";

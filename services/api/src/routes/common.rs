@@ -1,12 +1,11 @@
 //! Helpers every route module shares: path ids, pagination, raw bodies,
-//! display-safe text, the playback policies served.
+//! display-safe text.
 //! A leaf: it imports no route module, so route modules never import their parent.
 
 use std::str::FromStr;
 
 use actix_web::web;
 use vid_core::ids::IdError;
-use vid_core::playback::PlaybackPolicy;
 
 use crate::error::{codes, ApiError};
 
@@ -70,19 +69,4 @@ pub fn unsafe_to_display(c: char) -> bool {
         c.general_category(),
         GeneralCategory::Control | GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
     )
-}
-
-/// Refuses a playback policy the platform does not serve yet: `signed` needs
-/// the tenant's signing keys (issue 20), so `POST /uploads` and
-/// `POST /videos/{id}/playback-ids` answer `422 unsupported_playback_policy`
-/// rather than create an id nothing could play. `public` passes.
-pub fn check_playback_policy(policy: PlaybackPolicy) -> Result<(), ApiError> {
-    match policy {
-        PlaybackPolicy::Public => Ok(()),
-        PlaybackPolicy::Signed => Err(ApiError::new(
-            codes::UNSUPPORTED_PLAYBACK_POLICY,
-            "the playback policy `signed` is not served yet (it needs signing keys); use `public`",
-        )
-        .with_extension("policy", policy.as_str())),
-    }
 }

@@ -8,6 +8,7 @@ pub mod health;
 pub mod operations;
 pub mod playback_ids;
 pub mod uploads;
+pub mod signing_keys;
 pub mod videos;
 
 use actix_web::web;
@@ -35,5 +36,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     playback_ids::configure(cfg);
     endpoints::configure(cfg);
     deliveries::configure(cfg);
+    signing_keys::configure(cfg);
     events::configure(cfg);
 }

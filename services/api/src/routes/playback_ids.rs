@@ -14,7 +14,7 @@ use vid_core::{PlaybackId, VideoId};
 
 use crate::auth::Tenant;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::common::{check_playback_policy, parse_id};
+use crate::routes::common::parse_id;
 use crate::state::AppState;
 use crate::store;
 
@@ -33,8 +33,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 ///
 /// Errors: `400 invalid_json` (no body, an unknown field, an unknown
 /// policy), `404 not_found` (unknown, malformed or another tenant's video),
-/// `422 unsupported_playback_policy` (`signed`: not served until signing
-/// keys exist, issue 20), `413`, `415`, `503`.
+/// `413`, `415`, `503`. A `signed` ID needs no signing key yet: its URLs
+/// answer `403` until a token signed with one of the tenant's keys comes.
 #[utoipa::path(
     post,
     path = "/videos/{id}/playback-ids",
@@ -50,7 +50,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         (status = 404, response = crate::error::responses::NotFound),
         (status = 413, response = crate::error::responses::PayloadTooLarge),
         (status = 415, response = crate::error::responses::UnsupportedMediaType),
-        (status = 422, response = crate::error::responses::Unprocessable),
         (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
@@ -66,7 +65,6 @@ pub async fn create_playback_id(
     if !store::operations::video_exists(&mut conn, &tenant.id, &video).await? {
         return Err(ApiError::NotFound("video"));
     }
-    check_playback_policy(req.policy)?;
     // The row's foreign key holds the video; a video cannot be deleted through
     // the API, so the check above cannot be overtaken.
     let row = store::playback_ids::insert(&mut conn, &tenant.id, &video, req.policy).await?;

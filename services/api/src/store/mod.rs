@@ -11,7 +11,7 @@
 //!   a logged `500 internal` and consumers retry, never a plausible default.
 //!
 //! One module per group of tables: [`uploads`], [`operations`] (with
-//! `videos`), [`playback_ids`], [`events`], [`outbox`], [`idempotency`], [`tenants`] (with
+//! `videos`), [`playback_ids`], [`signing_keys`] (public halves only), [`events`], [`outbox`], [`idempotency`], [`tenants`] (with
 //! `api_keys`), [`endpoints`] (`webhook_endpoints`: configuration, secrets,
 //! deletion, and the delivery health read), [`deliveries`] (the delivery log:
 //! `webhook_deliveries`, `webhook_attempts`; `:retry` and `:enable`).
@@ -24,6 +24,7 @@ pub mod operations;
 pub mod outbox;
 pub mod playback_ids;
 pub mod tenants;
+pub mod signing_keys;
 pub mod uploads;
 
 /// The connection every query runs on (a pooled one derefs to it).

@@ -280,10 +280,14 @@ pub async fn raw_get(addr: &str, path: &str) -> (u16, String) {
 /// (`VID_TEST_PYTHON`, set by `make test`; else `.local/media-venv`, else python3).
 pub fn parsers(mode: &str, url: &str) -> serde_json::Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/check.py");
-    let venv = vid_testkit::repo_root().join(".local/media-venv/bin/python");
-    let python =
-        std::env::var("VID_TEST_PYTHON").unwrap_or_else(|_| if venv.exists() { venv.display().to_string() } else { "python3".into() });
-    let out = Command::new(&python).arg(&script).arg(mode).arg(url).output().expect("python runs");
+    let out = Command::new(python()).arg(&script).arg(mode).arg(url).output().expect("python runs");
     assert!(out.status.success(), "the parsers refused {url}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The Python with the pinned test packages (m3u8, mpegdash, PyJWT):
+/// `VID_TEST_PYTHON` (set by `make test`), else `.local/media-venv`, else python3.
+pub fn python() -> String {
+    let venv = vid_testkit::repo_root().join(".local/media-venv/bin/python");
+    std::env::var("VID_TEST_PYTHON").unwrap_or_else(|_| if venv.exists() { venv.display().to_string() } else { "python3".into() })
 }

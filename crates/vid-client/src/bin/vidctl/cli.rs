@@ -48,6 +48,12 @@ pub(crate) enum Command {
     /// Events (what webhooks announce).
     #[command(subcommand)]
     Events(EventCmd),
+    /// Signing keys for signed playback IDs.
+    #[command(subcommand)]
+    SigningKeys(crate::signing::SigningKeyCmd),
+    /// Playback tokens for signed playback IDs (offline: needs no API access).
+    #[command(subcommand)]
+    Playback(crate::signing::PlaybackCmd),
     /// Check a captured webhook's signature (needs no API access).
     Verify {
         /// The endpoint secret (`whsec_…`); repeat during a rotation.
@@ -119,7 +125,7 @@ pub(crate) enum PlaybackIdCmd {
     /// Add a playback ID to a video (it serves once the video is ready); prints its URLs.
     Add {
         video: VideoId,
-        /// public (signed is not served yet).
+        /// public, or signed (every URL then needs a token: `vidctl playback sign`).
         #[arg(long, value_parser = parse_policy, default_value = "public")]
         policy: PlaybackPolicy,
     },

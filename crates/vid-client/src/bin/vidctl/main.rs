@@ -5,7 +5,7 @@
 //! flag, bad value; `EX_USAGE`); 130 interrupted (Ctrl-C).
 //!
 //! Modules: [`cli`] the flags; [`config`] where the API is and the key;
-//! [`commands`], [`endpoints`], [`upload`] and [`verify`] the commands;
+//! [`commands`], [`endpoints`], [`signing`], [`upload`] and [`verify`] the commands;
 //! [`view`] how results look to people; [`output`] the one renderer that
 //! prints either that view or `--json`; [`exit`] errors and exit statuses.
 
@@ -15,6 +15,7 @@ mod config;
 mod endpoints;
 mod exit;
 mod output;
+mod signing;
 mod upload;
 mod verify;
 mod view;
@@ -49,6 +50,9 @@ async fn run(cli: Cli, out: Output) -> anyhow::Result<()> {
     if let Command::Verify { secret, header, body_file, tolerance } = &cli.command {
         return verify::verify(secret, header, body_file, *tolerance, out);
     }
+    if let Command::Playback(cmd) = cli.command {
+        return signing::playback(cmd, out);
+    }
     let api_url = resolve_api_url(&cli)?;
     let client = vid_client::Client::new(&api_url, &resolve_api_key(&cli)?);
     let bars = std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.is_json();
@@ -63,6 +67,8 @@ async fn run(cli: Cli, out: Output) -> anyhow::Result<()> {
         Command::Uploads(cmd) => commands::uploads(&client, cmd, out).await,
         Command::Endpoints(cmd) => endpoints::endpoints(&client, cmd, out).await,
         Command::Events(cmd) => commands::events(&client, cmd, out).await,
+        Command::SigningKeys(cmd) => signing::signing_keys(&client, cmd, out).await,
+        Command::Playback(_) => unreachable!("handled above"),
         Command::Verify { .. } => unreachable!("handled above"),
     }
 }

@@ -136,9 +136,6 @@ fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -
              zero-width characters) or line separators",
         ));
     }
-    if let Some(policies) = &req.playback_policy {
-        policies.iter().try_for_each(|p| crate::routes::common::check_playback_policy(*p))?;
-    }
     Ok(content_type)
 }
 
