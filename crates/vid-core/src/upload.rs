@@ -248,6 +248,7 @@ mod tests {
             part_size: 10,
             parts: vec![PartUrl { part_number: 1, offset: 0, length: 10, url: "http://x".into(), expires_at: Utc::now() }],
             expires_at: Utc::now(),
+            client_token: "vidu_x".into(),
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(v["status"], "created");
@@ -257,7 +258,6 @@ mod tests {
         }
     }
 
-            client_token: "vidu_x".into(),
     #[test]
     fn complete_body_is_optional_and_strict() {
         assert_eq!(serde_json::from_str::<CompleteUpload>("{}").unwrap(), CompleteUpload::default());
