@@ -2,7 +2,7 @@
 # `make images`: the service images from deploy/Dockerfile, built with Podman
 # where no registry can be reached.
 #
-#   scripts/images.sh            base images (cached), then api, transcoder, webhook-dispatcher, playback, then check
+#   scripts/images.sh            base images (cached), then api, transcoder, webhook-dispatcher, ingest, playback, then check
 #   scripts/images.sh base       only the local base images and stand-ins
 #   scripts/images.sh compose    the runtime base, clamd and the Compose stack's stand-ins (postgres, rabbitmq, garage, curl)
 #   scripts/images.sh check      what the built images contain (sizes, user, no compiler or headers;
@@ -30,7 +30,7 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 BASE_RUNTIME=localhost/vid-base/debian:bookworm-slim
 BASE_RUST=localhost/vid-base/rust:1.95-bookworm
 RUST_TOOLCHAIN_DIR="${RUST_TOOLCHAIN_DIR:-$(rustc --print sysroot)}"
-SERVICES=(api transcoder webhook-dispatcher playback)
+SERVICES=(api transcoder webhook-dispatcher ingest playback)
 TAG="${VID_IMAGE_TAG:-local}"
 
 log() { printf 'images: %s\n' "$*"; }

@@ -2,7 +2,7 @@
 # Run the vid service binaries in the background against the local stack.
 #
 #   scripts/services.sh start [debug|release]   start api (waits for /healthz), playback (waits for /healthz),
-#                                               transcoder, webhook-dispatcher
+#                                               transcoder, webhook-dispatcher, ingest
 #   scripts/services.sh stop                    SIGTERM, up to 20 s grace, then SIGKILL
 #   scripts/services.sh status                  one line per service
 #   scripts/services.sh restart NAME [debug|release]
@@ -20,7 +20,7 @@ LOGS="$LOCAL/logs"
 PIDS="$LOCAL/pids"
 ENV_FILE="$LOCAL/stack.env"
 PROFILE_FILE="$PIDS/services.profile"
-SERVICES=(api playback transcoder webhook-dispatcher)   # start order; stop runs in reverse
+SERVICES=(api playback transcoder webhook-dispatcher ingest)   # start order; stop runs in reverse
 API_PORT="${VID_API_PORT:-8080}"
 PLAYBACK_PORT="${VID_PLAYBACK_PORT:-8090}"
 API_HEALTH_TIMEOUT="${API_HEALTH_TIMEOUT:-30}"
@@ -271,7 +271,7 @@ case "${1:-}" in
         set_profile "${2:-}"
         start_services "$PROFILE" "${SERVICES[@]}" ;;
     stop)
-        stop_many webhook-dispatcher transcoder playback api ;;
+        stop_many ingest webhook-dispatcher transcoder playback api ;;
     status)
         cmd_status || exit 1 ;;
     restart)

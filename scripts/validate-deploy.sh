@@ -219,11 +219,14 @@ def refs(docs):
     config = {}
     for cm in by_kind.get("ConfigMap", {}).values():
         config.update(cm.get("data") or {})
-    allowed = sorted(int(x) for x in config.get("VID__WEBHOOKS__ALLOWED_PORTS", "").split(",") if x.strip())
-    np = by_kind.get("NetworkPolicy", {}).get("vid-webhook-dispatcher-egress")
-    if not np:
-        problems.append("NetworkPolicy vid-webhook-dispatcher-egress missing")
-    else:
+    # The same wall for the ingest worker (issue 21), against VID__INGEST__ALLOWED_PORTS.
+    for who, policy, ports_key in (("dispatcher", "vid-webhook-dispatcher-egress", "VID__WEBHOOKS__ALLOWED_PORTS"),
+                                   ("ingest", "vid-ingest-egress", "VID__INGEST__ALLOWED_PORTS")):
+        allowed = sorted(int(x) for x in config.get(ports_key, "").split(",") if x.strip())
+        np = by_kind.get("NetworkPolicy", {}).get(policy)
+        if not np:
+            problems.append(f"NetworkPolicy {policy} missing")
+            continue
         for rule in np["spec"]["egress"]:
             for peer in rule.get("to", []):
                 b = peer.get("ipBlock")
@@ -232,12 +235,12 @@ def refs(docs):
                 net = ipaddress.ip_network(b["cidr"])
                 ports = sorted(p["port"] for p in rule.get("ports", []))
                 if ports != allowed:
-                    problems.append(f"dispatcher ipBlock {b['cidr']} allows ports {ports or 'all'}, but "
-                                    f"VID__WEBHOOKS__ALLOWED_PORTS is {allowed or 'any'}: the api would accept endpoints "
-                                    f"the dispatcher cannot reach, or refuse ones it can")
+                    problems.append(f"{who} ipBlock {b['cidr']} allows ports {ports or 'all'}, but "
+                                    f"{ports_key} is {allowed or 'any'}: the api would accept URLs "
+                                    f"the {who} cannot reach, or refuse ones it can")
                 if net.version == 4:
                     if not set(must_exclude) <= set(b.get("except", [])):
-                        problems.append(f"dispatcher ipBlock {b['cidr']} does not exclude {must_exclude}")
+                        problems.append(f"{who} ipBlock {b['cidr']} does not exclude {must_exclude}")
     if "default-deny-all" not in by_kind.get("NetworkPolicy", {}):
         problems.append("NetworkPolicy default-deny-all missing")
     return problems

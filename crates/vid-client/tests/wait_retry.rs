@@ -51,7 +51,7 @@ fn done(id: &OperationId) -> String {
         updated_at: now,
         result: None,
         error: None,
-        metadata: OperationMetadata { phase: None, video_id: None, scan: None },
+        metadata: OperationMetadata { phase: None, video_id: None, scan: None, download: None },
     };
     serde_json::to_string(&WaitResponse { operation, reason: WaitReason::Terminal, revision: 3 }).unwrap()
 }

@@ -8,6 +8,7 @@
 //! - [`problem`]: RFC 9457 problem details with a stable `code`.
 //! - [`operation`], [`video`], [`upload`], [`endpoint`], [`delivery`], [`event`]: the public API resources.
 //! - [`messages`]: what travels over RabbitMQ between the services.
+//! - [`ingest`]: `POST /ingests` and the ingest worker's job and reports.
 //! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
 //! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
 //! - [`signing`]: signing keys and the claims of a signed playback token.
@@ -21,6 +22,7 @@ pub mod delivery;
 pub mod endpoint;
 pub mod event;
 pub mod ids;
+pub mod ingest;
 pub mod messages;
 pub mod operation;
 pub mod page;

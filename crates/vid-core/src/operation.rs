@@ -71,6 +71,10 @@ pub struct OperationMetadata {
     /// off (`skipped`). An infected source fails with `malware_detected`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<ScanOutcome>,
+    /// For an ingest (`POST /ingests`): the bytes the ingest worker has
+    /// downloaded from `source_url` (and the fraction, when the size is known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<crate::ingest::DownloadProgress>,
 }
 
 text_state! {
@@ -206,6 +210,7 @@ mod tests {
                 phase: Some(Phase::Transcoding),
                 video_id: Some(VideoId::generate()),
                 scan: Some(ScanOutcome::Clean),
+                download: None,
             },
         };
         let v = serde_json::to_value(&op).unwrap();

@@ -41,6 +41,7 @@ diesel::table! {
         mp4_support -> Text,
         poster_time -> Nullable<Float8>,
         cors_origin -> Nullable<Text>,
+        source_url -> Nullable<Text>,
     }
 }
 
@@ -94,6 +95,9 @@ diesel::table! {
         job_attempt -> Int4,
         job_published_at -> Timestamptz,
         owner_attempt -> Nullable<Int4>,
+        awaiting_source -> Bool,
+        download_bytes -> Nullable<Int8>,
+        download_total_bytes -> Nullable<Int8>,
     }
 }
 

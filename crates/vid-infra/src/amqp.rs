@@ -9,6 +9,8 @@
 //! | `P.reports` (direct)   | `report`         | `P.transcode.reports` (quorum) | transcoder → api      |
 //! | `P.events` (direct)    | `event`          | `P.webhook.events` (quorum) | api outbox → dispatcher  |
 //! | `P.control` (fanout)   | —                | one exclusive queue per transcoder | api → transcoders |
+//! | `P.ingest` (direct)    | `job`            | `P.ingest.jobs` (quorum)    | api outbox → ingest worker |
+//! | `P.ingest` (direct)    | `report`         | `P.ingest.reports` (quorum) | ingest worker → api      |
 //!
 //! `P.transcode.jobs` has a delivery limit ([`TRANSCODE_DELIVERY_LIMIT`]): a
 //! job that crashes workers again and again is dead-lettered to
@@ -91,6 +93,18 @@ impl Topology {
     pub fn control_exchange(&self) -> String {
         self.name("control")
     }
+    /// Exchange of ingest jobs (routing key [`RK_JOB`]) and ingest reports ([`RK_REPORT`]).
+    pub fn ingest_exchange(&self) -> String {
+        self.name("ingest")
+    }
+    /// Queue of ingest jobs (`vid_core::ingest::IngestJob`), consumed by ingest workers.
+    pub fn ingest_jobs(&self) -> String {
+        self.name("ingest.jobs")
+    }
+    /// Queue of ingest reports (`vid_core::ingest::IngestReport`), consumed by the api.
+    pub fn ingest_reports(&self) -> String {
+        self.name("ingest.reports")
+    }
 
     /// Declares every durable exchange and queue. Idempotent; every service
     /// calls it at start-up so that start order does not matter.
@@ -102,6 +116,7 @@ impl Topology {
             (self.reports_exchange(), ExchangeKind::Direct),
             (self.events_exchange(), ExchangeKind::Direct),
             (self.control_exchange(), ExchangeKind::Fanout),
+            (self.ingest_exchange(), ExchangeKind::Direct),
         ] {
             ch.exchange_declare(&ex, kind, durable, FieldTable::default()).await.with_context(|| format!("declaring exchange {ex}"))?;
         }
@@ -116,6 +131,8 @@ impl Topology {
             (self.transcode_dead(), quorum_args(), self.dead_letter_exchange(), RK_TRANSCODE_DEAD),
             (self.transcode_reports(), quorum_args(), self.reports_exchange(), RK_REPORT),
             (self.webhook_events(), quorum_args(), self.events_exchange(), RK_EVENT),
+            (self.ingest_jobs(), quorum_args(), self.ingest_exchange(), RK_JOB),
+            (self.ingest_reports(), quorum_args(), self.ingest_exchange(), RK_REPORT),
         ] {
             ch.queue_declare(&queue, QueueDeclareOptions { durable: true, ..Default::default() }, args)
                 .await

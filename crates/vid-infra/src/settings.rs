@@ -51,6 +51,8 @@ pub fn load_from<T: DeserializeOwned>(dir: &str, profile: &str) -> anyhow::Resul
 pub const LIST_KEYS: &[&str] = &[
     "webhooks.allow_cidrs",
     "webhooks.allowed_ports",
+    "ingest.allow_cidrs",
+    "ingest.allowed_ports",
     "uploads.allowed_content_types",
     "dispatcher.retry_schedule_seconds",
     "transcoder.ladder",

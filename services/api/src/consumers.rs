@@ -1,4 +1,5 @@
-//! The api's RabbitMQ consumers: transcoder reports and dead-lettered jobs.
+//! The api's RabbitMQ consumers: transcoder reports, dead-lettered jobs and
+//! ingest reports (`P.ingest.reports`, from `services/ingest`).
 //!
 //! Each message is applied in one database transaction and acked only after
 //! that commit; a failure nacks it back to the queue. Reports are idempotent
@@ -11,6 +12,7 @@ use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, Bas
 use lapin::types::FieldTable;
 use tokio::sync::watch;
 use tracing::Instrument;
+use vid_core::ingest::{IngestReport, IngestReportKind};
 use vid_core::messages::{ReportKind, TranscodeJob, TranscodeReport};
 
 use crate::domain::operation::{self, Applied, Outcome, Transition};
@@ -53,6 +55,8 @@ async fn session(state: &AppState, shutdown: &mut watch::Receiver<bool>) -> anyh
     let dead_queue = state.topology.transcode_dead();
     let mut reports = ch.basic_consume(&reports_queue, "api-reports", BasicConsumeOptions::default(), FieldTable::default()).await?;
     let mut dead = ch.basic_consume(&dead_queue, "api-dead-jobs", BasicConsumeOptions::default(), FieldTable::default()).await?;
+    let ingest_queue = state.topology.ingest_reports();
+    let mut ingests = ch.basic_consume(&ingest_queue, "api-ingest-reports", BasicConsumeOptions::default(), FieldTable::default()).await?;
     tracing::info!("consuming transcoder reports");
     loop {
         // A branch runs to completion before the next `select!`: a shutdown
@@ -88,6 +92,23 @@ async fn session(state: &AppState, shutdown: &mut watch::Receiver<bool>) -> anyh
                         }
                     };
                     settle(&dead_queue, &delivery, outcome).await
+                }
+                .instrument(span)
+                .await?;
+            }
+            msg = ingests.next() => {
+                let Some(delivery) = msg else { anyhow::bail!("ingest report consumer closed") };
+                let delivery = delivery?;
+                let span = message_span(&ingest_queue, &delivery);
+                async {
+                    let outcome = match serde_json::from_slice::<IngestReport>(&delivery.data) {
+                        Ok(report) => apply_ingest_report(state, &report).await,
+                        Err(e) => {
+                            tracing::error!(error = %e, "dropping malformed ingest report");
+                            Ok(())
+                        }
+                    };
+                    settle(&ingest_queue, &delivery, outcome).await
                 }
                 .instrument(span)
                 .await?;
@@ -176,6 +197,36 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
             ?applied,
             "report applied"
         ),
+    }
+    Ok(())
+}
+
+/// Applies one ingest report: progress → [`Transition::Download`], the
+/// source stored → [`Transition::SourceReady`] (which queues the transcode
+/// job), a failure → `Finish(Failed)` with the worker's problem. A source
+/// stored for an operation that ended meanwhile (cancelled) is deleted.
+pub async fn apply_ingest_report(state: &AppState, report: &IngestReport) -> anyhow::Result<()> {
+    let transition = match &report.kind {
+        IngestReportKind::Progress { bytes_downloaded, total_bytes } => {
+            Transition::Download { bytes: *bytes_downloaded, total: *total_bytes }
+        }
+        IngestReportKind::Downloaded { size_bytes, content_type } => {
+            Transition::SourceReady { size_bytes: *size_bytes, content_type: content_type.clone() }
+        }
+        IngestReportKind::Failed { error } => Transition::Finish(Outcome::Failed { error: error.clone(), source: None }),
+    };
+    let mut conn = state.db.get().await?;
+    let applied = operation::apply(&mut conn, &state.outbox, &report.operation_id, transition).await?;
+    if let (IngestReportKind::Downloaded { .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
+        let video = crate::store::ingests::source_key_of(&mut conn, &report.operation_id).await?;
+        if let Some(key) = video {
+            tracing::info!(operation_id = %report.operation_id, status = status.as_str(), "deleting the source of an ingest that ended first");
+            let _ = crate::storage::delete_object(state, &key).await;
+        }
+    }
+    match &report.kind {
+        IngestReportKind::Progress { .. } => tracing::debug!(operation_id = %report.operation_id, ?applied, "ingest report applied"),
+        _ => tracing::info!(operation_id = %report.operation_id, worker = %report.worker, ?applied, "ingest report applied"),
     }
     Ok(())
 }

@@ -23,6 +23,11 @@ pub struct Settings {
     pub operations: OperationSettings,
     /// Webhook endpoint policy.
     pub webhooks: WebhookSettings,
+    /// `[ingest]`: the SSRF policy of `POST /ingests` source URLs, shared with
+    /// the ingest worker (`require_https`, `allow_cidrs`, `allowed_ports`;
+    /// unknown keys refused). Absent: http(s), global addresses only, any port.
+    #[serde(default)]
+    pub ingest: vid_netguard::UrlPolicy,
 }
 
 /// `[api]`

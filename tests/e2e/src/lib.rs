@@ -63,6 +63,7 @@ impl Stack {
             ("VID__TRANSCODER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
             ("VID__TRANSCODER__WORK_DIR".into(), std::env::temp_dir().join(format!("vid-{prefix}")).display().to_string()),
             ("VID__DISPATCHER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
+            ("VID__INGEST_WORKER__HEALTH_LISTEN".into(), format!("127.0.0.1:{}", free_port())),
             ("VID__PLAYBACK__LISTEN".into(), format!("127.0.0.1:{playback_port}")),
             ("VID__API__PLAYBACK_BASE_URL".into(), format!("http://127.0.0.1:{playback_port}")),
         ]);
@@ -88,7 +89,7 @@ impl Stack {
         let log_dir = vid_testkit::repo_root().join(".local/test-logs").join(&prefix);
         let mut stack = Stack::configure(database_url, prefix, log_dir, extra_env);
         stack.api_key = stack.create_tenant("e2e");
-        for name in ["api", "playback", "transcoder", "webhook-dispatcher"] {
+        for name in ["api", "playback", "transcoder", "webhook-dispatcher", "ingest"] {
             stack.spawn(name);
         }
         stack.wait_healthy().await;

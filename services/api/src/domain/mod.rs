@@ -4,6 +4,7 @@
 //! called by handlers, consumers and the janitor alike); it reaches the
 //! database only through [`crate::store`].
 
+pub mod ingest;
 pub mod operation;
 pub mod upload;
 

@@ -100,6 +100,27 @@ pub enum Transition {
         /// The problem to show (`transcode_retries_exhausted`).
         error: Problem,
     },
+    /// An ingest's download moved (the ingest worker's progress report):
+    /// `metadata.download` shows `bytes` (never lowered) of `total`. Only
+    /// while the operation is open and awaiting its source.
+    Download {
+        /// Bytes received so far.
+        bytes: u64,
+        /// The size the source announced, if any.
+        total: Option<u64>,
+    },
+    /// An ingest's source is in storage (`size_bytes`, `content_type`): in
+    /// one transaction the upload and video get both, the operation stops
+    /// awaiting its source, and the transcode job (attempt 1) is queued — what
+    /// `complete` does for an upload. Only while open and awaiting the
+    /// source; on a terminal one [`Applied::AlreadyTerminal`] (the caller
+    /// deletes the downloaded object).
+    SourceReady {
+        /// Bytes stored.
+        size_bytes: u64,
+        /// The source's media type.
+        content_type: String,
+    },
     /// Fail the operation with `error` (`job_lost`), if still `pending` at `job_attempt == seen`.
     JobLost {
         /// The `job_attempt` the janitor read.
@@ -215,6 +236,12 @@ async fn apply_as(
                     Transition::Scan(outcome) => scan(conn, &op, outcome).await,
                     Transition::Finish(outcome) => finish(conn, &op, outcome).await,
                     Transition::Cancel => cancel(conn, &op).await,
+                    Transition::Download { .. } | Transition::SourceReady { .. } if op.status.is_terminal() => {
+                        Ok(Applied::AlreadyTerminal(op.status))
+                    }
+                    Transition::Download { .. } | Transition::SourceReady { .. } if !row.awaiting_source => Ok(Applied::Ignored),
+                    Transition::Download { bytes, total } => download(conn, &op, bytes, total).await,
+                    Transition::SourceReady { size_bytes, content_type } => source_ready(conn, &op, size_bytes, &content_type).await,
                     Transition::Redrive { seen } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
                         redrive(conn, &op, None).await
                     }
@@ -411,6 +438,27 @@ async fn started(conn: &mut Conn, op: &Locked<'_>, sender: &Sender, row: &ops::L
         None => ops::set_owner(conn, op.id, run, Some(sender.attempt)).await?,
     }
     progress(conn, op, None, 0).await
+}
+
+/// An ingest's progress: a change of `metadata.download` bumps the revision.
+async fn download(conn: &mut Conn, op: &Locked<'_>, bytes: u64, total: Option<u64>) -> QueryResult<Applied> {
+    if !crate::store::ingests::set_download(conn, op.id, bytes, total).await? {
+        return Ok(Applied::Ignored);
+    }
+    ops::record_change(conn, op.id).await?;
+    Ok(Applied::Changed)
+}
+
+/// An ingest's source is stored: record it and queue the transcode job
+/// (attempt 1, with the size now known), as `complete` does.
+async fn source_ready(conn: &mut Conn, op: &Locked<'_>, size_bytes: u64, content_type: &str) -> QueryResult<Applied> {
+    crate::store::ingests::set_source_ready(conn, op.id, &op.video, size_bytes, content_type).await?;
+    let src = ops::job_source(conn, op.id).await?;
+    let job = super::transcode_job(op.id, &src.video, &src.tenant, src.source_key, src.size_bytes, 1, src.mp4_support);
+    let job = vid_core::messages::TranscodeJob { poster_time: src.poster_time, ..job };
+    op.staged.transcode_job(conn, &job).await?;
+    ops::record_change(conn, op.id).await?;
+    Ok(Applied::Changed)
 }
 
 /// Publishes the job again through the outbox with the next attempt number

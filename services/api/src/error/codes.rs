@@ -73,7 +73,7 @@ registry! { ANSWERS:
     FRAGMENT_NOT_ALLOWED = "fragment_not_allowed", 422, "Request refused", "The webhook URL carries a `#fragment`.";
     MISSING_HOST = "missing_host", 422, "Request refused", "The webhook URL has no host.";
     HOST_NOT_ALLOWED = "host_not_allowed", 422, "Request refused", "The webhook URL's host name is refused (e.g. `localhost`).";
-    BLOCKED_ADDRESS = "blocked_address", 422, "Request refused", "The webhook URL's host is or resolves to an address that is not globally routable.";
+    BLOCKED_ADDRESS = "blocked_address", 422, "Request refused", "The webhook or ingest source URL's host is or resolves to an address that is not globally routable.";
     DNS_FAILED = "dns_failed", 422, "Request refused", "The webhook URL's host name did not resolve.";
     NO_ADDRESSES = "no_addresses", 422, "Request refused", "The webhook URL's host name resolved to no address.";
     TOO_MANY_UPLOADS = "too_many_uploads", 429, "Too many uploads", "The tenant's cap on uploads in flight is reached (`limit`, `in_flight`); `Retry-After: 30`.";
@@ -87,6 +87,13 @@ registry! { OPERATION_ERRORS:
     WORKER_LOST = "worker_lost", 500, "Worker lost", "The transcoder stopped reporting for longer than `operations.heartbeat_timeout_seconds`.";
     TRANSCODE_RETRIES_EXHAUSTED = "transcode_retries_exhausted", 500, "Transcode failed repeatedly", "The job was handed to a worker the delivery limit's number of times without an outcome.";
     JOB_LOST = "job_lost", 500, "Job lost", "No transcoder took the job after `operations.max_redrives` re-drives and `operations.job_lost_after_seconds`.";
+    SOURCE_UNREACHABLE = "source_unreachable", 502, "Source unreachable", "An ingest's `source_url` did not resolve or accept a connection (or its TLS handshake failed).";
+    SOURCE_HTTP_ERROR = "source_http_error", 502, "Source answered an error", "An ingest's source answered a non-2xx status (`source_status`), or broken HTTP.";
+    SOURCE_TIMEOUT = "source_timeout", 504, "Source timed out", "An ingest's source stalled past `ingest_worker.idle_timeout_ms`, or the download exceeded its total timeout.";
+    SOURCE_TOO_LARGE = "source_too_large", 422, "Source too large", "An ingest's body grew past `max_size_bytes` while streaming (whatever `Content-Length` said).";
+    SOURCE_EMPTY = "source_empty", 422, "Source empty", "An ingest's source answered an empty body.";
+    TOO_MANY_REDIRECTS = "too_many_redirects", 502, "Too many redirects", "An ingest's source redirected more than 5 times (or to a URL that is not http(s)).";
+    INGEST_STORAGE_FAILED = "ingest_storage_failed", 503, "Storage failed", "The ingest worker could not write the source to storage.";
 }
 
 /// The registered code of an answer, by its spelling.

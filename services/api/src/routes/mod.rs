@@ -5,6 +5,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod health;
+pub mod ingests;
 pub mod operations;
 pub mod playback_ids;
 pub mod uploads;
@@ -31,6 +32,7 @@ pub use common::{page, page_size, parse_id, read_body, unsafe_to_display, Page, 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     health::configure(cfg);
     uploads::configure(cfg);
+    ingests::configure(cfg);
     operations::configure(cfg);
     videos::configure(cfg);
     playback_ids::configure(cfg);

@@ -20,6 +20,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod events;
 pub mod idempotency;
+pub mod ingests;
 pub mod operations;
 pub mod outbox;
 pub mod playback_ids;

@@ -46,6 +46,10 @@ pub struct OperationRow {
     pub heartbeat_at: Option<DateTime<Utc>>,
     /// The malware scan's outcome.
     pub scan: Option<ScanOutcome>,
+    /// An ingest's bytes downloaded so far (`metadata.download`); `None` for an upload.
+    pub download_bytes: Option<i64>,
+    /// The size the ingest's source announced, if any.
+    pub download_total_bytes: Option<i64>,
 }
 
 impl OperationRow {
@@ -59,7 +63,14 @@ impl OperationRow {
             updated_at: self.updated_at,
             result: self.result.and_then(|v| serde_json::from_value::<OperationResult>(v).ok()),
             error: self.error.and_then(|v| serde_json::from_value::<Problem>(v).ok()),
-            metadata: OperationMetadata { phase: self.phase, video_id: Some(self.video_id), scan: self.scan },
+            metadata: OperationMetadata {
+                phase: self.phase,
+                video_id: Some(self.video_id),
+                scan: self.scan,
+                download: self.download_bytes.map(|bytes| {
+                    vid_core::ingest::DownloadProgress::new(bytes.max(0) as u64, self.download_total_bytes.map(|t| t.max(0) as u64))
+                }),
+            },
         }
     }
 }
@@ -119,6 +130,8 @@ pub struct LockedRow {
     pub owner_attempt: Option<i32>,
     /// The last accepted report (`None` before one).
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// An ingest whose source is not downloaded yet (no transcode job exists).
+    pub awaiting_source: bool,
 }
 
 /// Locks an operation's row (`FOR UPDATE`) for a transition; `None` if there is none.
@@ -134,6 +147,7 @@ pub async fn lock(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<Locke
             operations::job_attempt,
             operations::owner_attempt,
             operations::heartbeat_at,
+            operations::awaiting_source,
         ))
         .first(conn)
         .await
@@ -233,6 +247,8 @@ pub async fn stale_pending(
     operations::table
         .filter(operations::status.eq(OperationStatus::Pending))
         .filter(operations::job_published_at.lt(published_before))
+        // An ingest still downloading has no job to re-drive yet.
+        .filter(operations::awaiting_source.eq(false))
         .filter(operations::job_attempt.lt(max_attempt).or(operations::created_at.lt(lost_before)))
         .order(operations::job_published_at.asc())
         .limit(limit)
@@ -340,6 +356,7 @@ pub async fn silent_since(conn: &mut Conn, cutoff: DateTime<Utc>, limit: i64) ->
     operations::table
         .filter(operations::status.eq(OperationStatus::Running))
         .filter(operations::heartbeat_at.lt(cutoff))
+        .filter(operations::awaiting_source.eq(false))
         .select((operations::id, operations::job_attempt))
         .limit(limit)
         .load(conn)

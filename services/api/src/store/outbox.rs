@@ -93,6 +93,12 @@ impl Staged {
         self.enqueue(conn, &self.topology.transcode_exchange(), RK_JOB, &payload, Some(job.operation_id.as_str())).await
     }
 
+    /// Queues an ingest job for the ingest workers (correlation id: its operation id).
+    pub async fn ingest_job(&self, conn: &mut Conn, job: &vid_core::ingest::IngestJob) -> QueryResult<()> {
+        let payload = serde_json::to_string(job).expect("jobs serialise");
+        self.enqueue(conn, &self.topology.ingest_exchange(), RK_JOB, &payload, Some(job.operation_id.as_str())).await
+    }
+
     /// Queues a cancel broadcast to every transcoder (control exchange,
     /// fan-out): `run: None` stops every run of the operation, `Some(r)`
     /// only run `r` (see [`CancelTranscode`]).

@@ -1,0 +1,111 @@
+//! Why an ingest failed, each with a stable code (the api registers them in
+//! `services/api/src/error/codes.rs`, `OPERATION_ERRORS`, and for the URL
+//! guard's codes `ANSWERS`).
+
+use vid_core::Problem;
+use vid_netguard::UrlError;
+
+/// Why a download failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The SSRF guard refused the URL, a redirect target, or an address its
+    /// host resolves to (code of [`UrlError::code`]: `blocked_address`,
+    /// `host_not_allowed`, `scheme_not_allowed`, …). No connection was made.
+    #[error("{0}")]
+    Refused(UrlError),
+    /// The host did not resolve, or no checked address accepted a
+    /// connection, or the TLS handshake or the connection failed.
+    #[error("the source is unreachable: {0}")]
+    Unreachable(String),
+    /// The source answered a status other than 2xx (or 3xx with a `Location`).
+    #[error("the source answered HTTP {status}")]
+    HttpStatus {
+        /// The status it answered.
+        status: u16,
+    },
+    /// The source spoke broken HTTP.
+    #[error("the source answered broken HTTP: {0}")]
+    BrokenHttp(String),
+    /// No bytes for the idle timeout, or the whole download took longer than
+    /// the total timeout.
+    #[error("the source timed out: {0}")]
+    Timeout(String),
+    /// The body grew past the limit while streaming.
+    #[error("the source is larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// `max_size_bytes` of the job.
+        limit: u64,
+    },
+    /// More redirects than allowed.
+    #[error("the source redirected more than {max} times")]
+    TooManyRedirects {
+        /// The allowed number.
+        max: u32,
+    },
+    /// A redirect without a usable `Location`.
+    #[error("the source redirected without a usable Location: {0}")]
+    BadRedirect(String),
+    /// The body was empty.
+    #[error("the source answered an empty body")]
+    Empty,
+    /// Writing to storage failed (after the SDK's own retries).
+    #[error("storage failed: {0}")]
+    Storage(String),
+}
+
+impl IngestError {
+    /// The stable code: a [`UrlError::code`] for refusals, else
+    /// `source_unreachable`, `source_http_error`, `source_timeout`,
+    /// `source_too_large`, `too_many_redirects`, `source_empty` or
+    /// `ingest_storage_failed`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IngestError::Refused(e) => e.code(),
+            IngestError::Unreachable(_) => "source_unreachable",
+            IngestError::HttpStatus { .. } | IngestError::BrokenHttp(_) => "source_http_error",
+            IngestError::Timeout(_) => "source_timeout",
+            IngestError::TooLarge { .. } => "source_too_large",
+            IngestError::TooManyRedirects { .. } | IngestError::BadRedirect(_) => "too_many_redirects",
+            IngestError::Empty => "source_empty",
+            IngestError::Storage(_) => "ingest_storage_failed",
+        }
+    }
+
+    /// The problem the operation fails with (RFC 9457): status and title
+    /// as registered in the api; `source_http_error` from a status carries
+    /// it as the extension member `source_status`.
+    pub fn problem(&self) -> Problem {
+        let (status, title) = match self {
+            IngestError::Refused(_) => (422, "Request refused"),
+            IngestError::Unreachable(_) => (502, "Source unreachable"),
+            IngestError::HttpStatus { .. } | IngestError::BrokenHttp(_) => (502, "Source answered an error"),
+            IngestError::Timeout(_) => (504, "Source timed out"),
+            IngestError::TooLarge { .. } => (422, "Source too large"),
+            IngestError::TooManyRedirects { .. } | IngestError::BadRedirect(_) => (502, "Too many redirects"),
+            IngestError::Empty => (422, "Source empty"),
+            IngestError::Storage(_) => (503, "Storage failed"),
+        };
+        let detail = self.to_string().replace("webhooks may only target", "ingests may only fetch from");
+        let problem = Problem::new(status, self.code(), title).with_detail(detail);
+        match self {
+            IngestError::HttpStatus { status } => problem.with_extension("source_status", status),
+            _ => problem,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_http_status_is_carried_and_refusals_keep_the_guards_code() {
+        let p = IngestError::HttpStatus { status: 404 }.problem();
+        assert_eq!((p.code.as_str(), p.status), ("source_http_error", 502));
+        assert_eq!(p.extensions.get("source_status"), Some(&serde_json::json!(404)));
+        let refused = vid_netguard::WebhookUrl::parse("http://10.0.0.1/", &vid_netguard::UrlPolicy::default()).unwrap_err();
+        let p = IngestError::Refused(refused).problem();
+        assert_eq!((p.code.as_str(), p.status), ("blocked_address", 422));
+        assert!(p.detail.unwrap().contains("ingests may only fetch from"));
+    }
+}

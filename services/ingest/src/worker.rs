@@ -1,0 +1,265 @@
+//! The job loop: consume `P.ingest.jobs`, download each source into storage,
+//! report, ack.
+//!
+//! Invariants:
+//! - a job is acked only after its final report (`downloaded` or `failed`)
+//!   was confirmed by the broker; if that publish fails the job is requeued
+//!   and downloaded again (the object at `source_key` is simply rewritten);
+//! - a failed download leaves nothing in storage (AbortMultipartUpload);
+//! - at most `concurrency` downloads run per process (the prefetch), each
+//!   holding about two parts in memory;
+//! - on shutdown the downloads in hand are dropped unacked, so RabbitMQ
+//!   hands their jobs to another worker (their multipart uploads are left to
+//!   the bucket's lifecycle rule).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use vid_core::ingest::{IngestJob, IngestReport, IngestReportKind};
+use vid_infra::amqp::{Publisher, Topology, RK_REPORT};
+use vid_netguard::Resolve;
+
+use crate::fetch::{sniff, ConnectObserver, Fetcher};
+use crate::multipart::MultipartWriter;
+use crate::problems::IngestError;
+use crate::Settings;
+
+/// What every download shares.
+struct Shared {
+    settings: Settings,
+    fetcher: Fetcher,
+    s3: aws_sdk_s3::Client,
+    topology: Topology,
+    worker: String,
+}
+
+/// A built worker: health server bound, nothing consumed yet.
+pub struct Worker {
+    ctx: Arc<Shared>,
+    ready: Arc<AtomicBool>,
+    health_addr: SocketAddr,
+    _health: tokio::task::JoinHandle<()>,
+}
+
+impl Worker {
+    /// Binds the health server and prepares the fetcher and the S3 client.
+    /// `observer` (tests) sees every connection the fetcher makes. Errors:
+    /// malformed settings, an unbindable `health_listen`.
+    pub async fn build(settings: Settings, resolver: Arc<dyn Resolve>, observer: Option<ConnectObserver>) -> anyhow::Result<Self> {
+        settings.amqp.check()?;
+        settings.s3.check()?;
+        vid_infra::metrics::install();
+        let listener = tokio::net::TcpListener::bind(&settings.ingest_worker.health_listen)
+            .await
+            .with_context(|| format!("binding {}", settings.ingest_worker.health_listen))?;
+        let health_addr = listener.local_addr()?;
+        let ready = Arc::new(AtomicBool::new(false));
+        let health = crate::health::spawn(listener, ready.clone());
+        let mut fetcher = Fetcher::new(settings.ingest.clone(), resolver, settings.ingest_worker.limits());
+        if let Some(observer) = observer {
+            fetcher = fetcher.with_observer(observer);
+        }
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "ingest".to_owned());
+        let ctx = Shared {
+            s3: vid_infra::storage::client(&settings.s3),
+            topology: Topology::new(&settings.amqp.prefix),
+            worker: format!("{host}/{}", std::process::id()),
+            fetcher,
+            settings,
+        };
+        Ok(Self { ctx: Arc::new(ctx), ready, health_addr, _health: health })
+    }
+
+    /// Where `/healthz` listens.
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health_addr
+    }
+
+    /// Consumes jobs until `shutdown` turns true, reconnecting to RabbitMQ
+    /// with capped backoff; never gives up.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let started = Instant::now();
+            let result = session(&self.ctx, &self.ready, &mut shutdown).await;
+            self.ready.store(false, Ordering::SeqCst);
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "ingest consumer interrupted; reconnecting"),
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                backoff = Duration::from_millis(200);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        }
+    }
+}
+
+async fn session(ctx: &Arc<Shared>, ready: &AtomicBool, shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+    let conn = tokio::select! {
+        c = vid_infra::amqp::connect(&ctx.settings.amqp, Duration::from_secs(30)) => c?,
+        _ = shutdown.wait_for(|s| *s) => return Ok(()),
+    };
+    let publisher = Publisher::new(&conn).await?;
+    ctx.topology.declare(publisher.channel()).await?;
+    let ch = conn.create_channel().await?;
+    ch.basic_qos(ctx.settings.ingest_worker.concurrency.max(1), BasicQosOptions::default()).await?;
+    let queue = ctx.topology.ingest_jobs();
+    let mut jobs = ch.basic_consume(&queue, "ingest-worker", BasicConsumeOptions::default(), FieldTable::default()).await?;
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(%queue, "consuming ingest jobs");
+    let mut running = JoinSet::new();
+    loop {
+        tokio::select! {
+            msg = jobs.next() => {
+                let Some(delivery) = msg else { anyhow::bail!("ingest job consumer closed") };
+                let delivery = delivery?;
+                let ctx = ctx.clone();
+                let publisher = publisher.clone();
+                let queue = queue.clone();
+                running.spawn(async move { handle(&ctx, &publisher, &queue, delivery).await });
+            }
+            Some(done) = running.join_next(), if !running.is_empty() => {
+                match done {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "settling an ingest job failed"),
+                    Err(e) => tracing::error!(error = %e, "an ingest task panicked"),
+                }
+            }
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+    }
+    tracing::info!(in_hand = running.len(), "ingest worker stopping; jobs in hand go back to the queue");
+    running.abort_all();
+    let _ = ch.close(200, "ingest worker shutting down").await;
+    let _ = conn.close(200, "ingest worker shutting down").await;
+    Ok(())
+}
+
+/// Runs one job and settles its message.
+async fn handle(ctx: &Shared, publisher: &Publisher, queue: &str, delivery: lapin::message::Delivery) -> anyhow::Result<()> {
+    let job = match serde_json::from_slice::<IngestJob>(&delivery.data) {
+        Ok(job) => job,
+        Err(e) => {
+            tracing::error!(error = %e, "dropping a malformed ingest job");
+            delivery.acker.ack(BasicAckOptions::default()).await?;
+            return Ok(());
+        }
+    };
+    tracing::info!(operation_id = %job.operation_id, redelivered = delivery.redelivered, "ingest job taken");
+    let started = Instant::now();
+    let reporter = Reporter { ctx, publisher, job: &job };
+    let total = Duration::from_secs(ctx.settings.ingest_worker.total_timeout_seconds);
+    let outcome = match tokio::time::timeout(total, ingest(ctx, &job, &reporter)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(IngestError::Timeout(format!("the download took longer than {total:?}"))),
+    };
+    let (kind, label) = match outcome {
+        Ok((size_bytes, content_type)) => {
+            tracing::info!(operation_id = %job.operation_id, size_bytes, %content_type, seconds = started.elapsed().as_secs_f64(), "source downloaded");
+            vid_infra::metrics::counter!("ingest_bytes_total").increment(size_bytes);
+            (IngestReportKind::Downloaded { size_bytes, content_type }, "downloaded")
+        }
+        Err(e) => {
+            tracing::warn!(operation_id = %job.operation_id, code = e.code(), error = %e, "ingest failed");
+            (IngestReportKind::Failed { error: e.problem() }, e.code())
+        }
+    };
+    vid_infra::metrics::counter!("ingest_downloads_total", "outcome" => label).increment(1);
+    vid_infra::metrics::histogram!("ingest_download_seconds").record(started.elapsed().as_secs_f64());
+    match reporter.send(kind).await {
+        Ok(()) => {
+            delivery.acker.ack(BasicAckOptions::default()).await?;
+            vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "ack").increment(1);
+        }
+        Err(e) => {
+            tracing::warn!(operation_id = %job.operation_id, error = %e, "could not publish the ingest's report; requeueing the job");
+            delivery.acker.nack(BasicNackOptions { requeue: true, ..Default::default() }).await?;
+            vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "requeue").increment(1);
+        }
+    }
+    Ok(())
+}
+
+/// Publishes one job's reports (publisher confirms).
+struct Reporter<'a> {
+    ctx: &'a Shared,
+    publisher: &'a Publisher,
+    job: &'a IngestJob,
+}
+
+impl Reporter<'_> {
+    async fn send(&self, kind: IngestReportKind) -> Result<(), vid_infra::amqp::PublishError> {
+        let report =
+            IngestReport { operation_id: self.job.operation_id.clone(), worker: self.ctx.worker.clone(), emitted_at: chrono::Utc::now(), kind };
+        self.publisher
+            .publish_json(&self.ctx.topology.ingest_exchange(), RK_REPORT, &report, Some(self.job.operation_id.as_str()))
+            .await
+    }
+}
+
+/// Opens the source, streams it into storage within the size limit,
+/// reporting progress; returns the size and the media type.
+async fn ingest(ctx: &Shared, job: &IngestJob, reporter: &Reporter<'_>) -> Result<(u64, String), IngestError> {
+    let mut source = ctx.fetcher.open(&job.source_url).await?;
+    let limit = job.max_size_bytes;
+    if let Some(announced) = source.content_length.filter(|n| *n > limit) {
+        tracing::info!(announced, limit, "Content-Length above the limit: refused before reading");
+        return Err(IngestError::TooLarge { limit });
+    }
+    // The first bytes decide the media type (declared > sniffed > header > first allowed).
+    let first = source.chunk().await?.unwrap_or_default();
+    if first.is_empty() {
+        return Err(IngestError::Empty);
+    }
+    let allowed = |t: &str| job.allowed_content_types.iter().any(|a| a.eq_ignore_ascii_case(t));
+    let content_type = job
+        .content_type
+        .clone()
+        .or_else(|| sniff(&first).filter(|t| allowed(t)).map(str::to_owned))
+        .or_else(|| source.content_type.clone().filter(|t| allowed(t)))
+        .or_else(|| job.allowed_content_types.first().cloned())
+        .unwrap_or_else(|| "application/octet-stream".to_owned());
+    let bucket = &ctx.settings.s3.bucket;
+    let mut writer = MultipartWriter::start(ctx.s3.clone(), bucket, &job.source_key, &content_type, ctx.settings.ingest_worker.part_size_bytes).await?;
+    let interval = Duration::from_millis(ctx.settings.ingest_worker.progress_interval_ms);
+    let streamed = async {
+        let mut chunk = Some(first);
+        let mut last_report = Instant::now();
+        while let Some(bytes) = chunk {
+            if writer.written() + bytes.len() as u64 > limit {
+                return Err(IngestError::TooLarge { limit });
+            }
+            writer.write(bytes).await?;
+            if last_report.elapsed() >= interval {
+                last_report = Instant::now();
+                let progress = IngestReportKind::Progress { bytes_downloaded: writer.written(), total_bytes: source.content_length };
+                if let Err(e) = reporter.send(progress).await {
+                    tracing::warn!(error = %e, "could not publish a progress report");
+                }
+            }
+            chunk = source.chunk().await?;
+        }
+        Ok(())
+    }
+    .await;
+    match streamed {
+        Ok(()) => Ok((writer.finish().await?, content_type)),
+        Err(e) => {
+            writer.abort().await;
+            Err(e)
+        }
+    }
+}

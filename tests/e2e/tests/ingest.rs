@@ -1,0 +1,254 @@
+//! `POST /ingests` through the whole system (issue 21, item 4): the real api,
+//! ingest worker, transcoder and storage, a source served by a loopback
+//! server (the test profile's `[ingest] allow_cidrs` allows 127.0.0.0/8 and
+//! nothing else private).
+//!
+//! - a real clip behind 5 redirects becomes a ready video;
+//! - bad `source_url`s are refused by `POST /ingests` itself (422, nothing
+//!   created): private and special addresses in every notation, `localhost`,
+//!   other schemes, credentials;
+//! - failures in the worker end the operation with a stable code: a redirect
+//!   to 10.0.0.1 (`blocked_address`: the guard refuses it before any
+//!   connection; the loopback server sees only the first request), a 6th
+//!   redirect, a body over `max_size_bytes` (announced, unannounced with
+//!   close-delimited framing, chunked), a stall (idle timeout 3 s in the test
+//!   profile), a 404, and a file that is not a video (the probe's
+//!   `unsupported_container`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use vid_client::HttpMethod;
+use vid_core::operation::{Operation, OperationStatus};
+use vid_e2e::{make_video, Stack};
+
+/// What the loopback source server answers, by path.
+#[derive(Clone)]
+enum Answer {
+    /// 200 with these bytes and their Content-Length.
+    Body(Arc<Vec<u8>>),
+    /// 302 to this Location.
+    Redirect(String),
+    /// The status with a short body.
+    Status(u16),
+    /// 200 with a Content-Length of this many bytes; sends that many.
+    Announced(u64),
+    /// 200 without Content-Length, body until close: this many bytes.
+    Unannounced(u64),
+    /// 200 chunked: this many bytes in 16 KiB chunks.
+    Chunked(u64),
+    /// 200 head, 1 byte, then nothing for a minute.
+    Stall,
+}
+
+/// A raw HTTP/1.1 server on 127.0.0.1 recording every path asked for.
+struct SourceServer {
+    addr: std::net::SocketAddr,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl SourceServer {
+    async fn start(routes: HashMap<String, Answer>) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let routes = Arc::new(routes);
+        let log = asked.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else { return };
+                let (routes, log) = (routes.clone(), log.clone());
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_owned();
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    log.lock().unwrap().push(path.clone());
+                    let answer = routes.get(&path).cloned().unwrap_or(Answer::Status(404));
+                    let _ = serve(&mut sock, answer).await;
+                });
+            }
+        });
+        Self { addr, asked }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+async fn serve(sock: &mut tokio::net::TcpStream, answer: Answer) -> std::io::Result<()> {
+    let zeros = vec![0u8; 16 * 1024];
+    match answer {
+        Answer::Body(bytes) => {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+            sock.write_all(head.as_bytes()).await?;
+            sock.write_all(&bytes).await?;
+        }
+        Answer::Redirect(to) => {
+            sock.write_all(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+        }
+        Answer::Status(status) => {
+            sock.write_all(format!("HTTP/1.1 {status} Nope\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope").as_bytes()).await?;
+        }
+        Answer::Announced(n) | Answer::Unannounced(n) => {
+            let length = if matches!(answer, Answer::Announced(_)) { format!("Content-Length: {n}\r\n") } else { String::new() };
+            sock.write_all(format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n").as_bytes()).await?;
+            let mut left = n;
+            while left > 0 {
+                let take = left.min(zeros.len() as u64) as usize;
+                sock.write_all(&zeros[..take]).await?;
+                left -= take as u64;
+            }
+        }
+        Answer::Chunked(n) => {
+            sock.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").await?;
+            let mut left = n;
+            while left > 0 {
+                let take = left.min(zeros.len() as u64) as usize;
+                sock.write_all(format!("{take:x}\r\n").as_bytes()).await?;
+                sock.write_all(&zeros[..take]).await?;
+                sock.write_all(b"\r\n").await?;
+                left -= take as u64;
+            }
+            sock.write_all(b"0\r\n\r\n").await?;
+        }
+        Answer::Stall => {
+            sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n\0").await?;
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        }
+    }
+    sock.shutdown().await
+}
+
+async fn ingest(stack: &Stack, body: serde_json::Value) -> Result<Operation, vid_core::Problem> {
+    match stack.client().raw(HttpMethod::POST, "/ingests", Some(&body)).await {
+        Ok(v) => Ok(serde_json::from_value(v).expect("an operation")),
+        Err(vid_client::ClientError::Api(problem)) => Err(problem),
+        Err(e) => panic!("POST /ingests failed: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ingests_from_a_url_and_refuses_what_the_guard_refuses() {
+    let dir = std::env::temp_dir().join(format!("vid-e2e-ingest-{}", vid_testkit::unique_prefix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let clip = dir.join("clip.mp4");
+    make_video(&clip, 320, 240, 2.0, "400k");
+    let clip_bytes = Arc::new(std::fs::read(&clip).unwrap());
+
+    let limit: u64 = 64 * 1024;
+    let mut routes: HashMap<String, Answer> = HashMap::new();
+    routes.insert("/clip.mp4".into(), Answer::Body(clip_bytes.clone()));
+    for n in 1..=6 {
+        let next = if n == 1 { "/clip.mp4".to_owned() } else { format!("/hop/{}", n - 1) };
+        routes.insert(format!("/hop/{n}"), Answer::Redirect(next));
+    }
+    routes.insert("/to-private".into(), Answer::Redirect("http://10.0.0.1/clip.mp4".into()));
+    routes.insert("/to-metadata".into(), Answer::Redirect("http://169.254.169.254/latest/meta-data/".into()));
+    routes.insert("/announced".into(), Answer::Announced(10 * 1024 * 1024));
+    routes.insert("/unannounced".into(), Answer::Unannounced(1024 * 1024));
+    routes.insert("/chunked".into(), Answer::Chunked(1024 * 1024));
+    routes.insert("/stall".into(), Answer::Stall);
+    routes.insert("/text.mp4".into(), Answer::Body(Arc::new(b"this is not a video, just some text\n".repeat(100))));
+    let server = SourceServer::start(routes).await;
+
+    let stack = Stack::start(&[]).await;
+    let client = stack.client();
+
+    // Refused up front: 422 with the guard's code, nothing created.
+    for (url, code) in [
+        ("http://10.0.0.1/clip.mp4", "blocked_address"),
+        ("http://0x0a000001/clip.mp4", "blocked_address"),
+        ("http://012.0.0.1/clip.mp4", "blocked_address"),
+        ("http://167772161/clip.mp4", "blocked_address"),
+        ("http://[::ffff:10.0.0.1]/clip.mp4", "blocked_address"),
+        ("http://[fd00::1]/clip.mp4", "blocked_address"),
+        ("http://169.254.169.254/latest/meta-data/", "blocked_address"),
+        ("http://0.0.0.0/clip.mp4", "blocked_address"),
+        ("http://192.168.1.1/clip.mp4", "blocked_address"),
+        ("http://localhost/clip.mp4", "host_not_allowed"),
+        ("http://metadata.google.internal/", "host_not_allowed"),
+        ("ftp://media.example.com/clip.mp4", "scheme_not_allowed"),
+        ("file:///etc/passwd", "scheme_not_allowed"),
+        ("http://user:pw@media.example.com/clip.mp4", "userinfo_not_allowed"),
+    ] {
+        let problem = ingest(&stack, serde_json::json!({ "source_url": url })).await.expect_err(url);
+        assert_eq!((problem.status, problem.code.as_str()), (422, code), "{url}: {:?}", problem.detail);
+    }
+    for (body, status, code) in [
+        (serde_json::json!({ "source_url": server.url("/clip.mp4"), "size_bytes": 1 }), 400, "invalid_json"),
+        (serde_json::json!({ "source_url": server.url("/clip.mp4"), "max_size_bytes": 0 }), 422, "invalid_size"),
+        (serde_json::json!({ "source_url": server.url("/clip.mp4"), "max_size_bytes": u64::MAX }), 422, "file_too_large"),
+        (serde_json::json!({ "source_url": server.url("/clip.mp4"), "content_type": "text/html" }), 422, "unsupported_content_type"),
+    ] {
+        let problem = ingest(&stack, body.clone()).await.expect_err("refused");
+        assert_eq!((problem.status, problem.code.as_str()), (status, code), "{body}");
+    }
+    let listed = client.raw(HttpMethod::GET, "/operations", None).await.unwrap();
+    assert_eq!(listed["data"].as_array().map(Vec::len), Some(0), "a refused ingest creates nothing");
+    assert!(server.asked().is_empty(), "nothing was fetched for a refused request: {:?}", server.asked());
+
+    // Accepted: each ends with its outcome.
+    let started = ingest(&stack, serde_json::json!({ "source_url": server.url("/hop/5"), "filename": "clip.mp4" })).await.unwrap();
+    assert_eq!(started.status, OperationStatus::Pending);
+    assert_eq!(started.metadata.phase.map(|p| p.as_str()), Some("downloading"));
+    let failing = [
+        ("/to-private", "blocked_address"),
+        ("/to-metadata", "blocked_address"),
+        ("/hop/6", "too_many_redirects"),
+        ("/announced", "source_too_large"),
+        ("/unannounced", "source_too_large"),
+        ("/chunked", "source_too_large"),
+        ("/stall", "source_timeout"),
+        ("/missing", "source_http_error"),
+        ("/text.mp4", "unsupported_container"),
+    ];
+    let mut ops = Vec::new();
+    for (path, code) in failing {
+        let op = ingest(&stack, serde_json::json!({ "source_url": server.url(path), "max_size_bytes": limit })).await.unwrap();
+        ops.push((path, code, op.id));
+    }
+
+    let done = client.wait_operation(&started.id, Duration::from_secs(180), |_| {}).await.unwrap();
+    assert_eq!(done.status, OperationStatus::Succeeded, "{:?}; logs in {}", done.error, stack.log_dir().display());
+    let download = done.metadata.download.expect("metadata.download");
+    assert_eq!(download.bytes_downloaded, clip_bytes.len() as u64);
+    assert_eq!(download.fraction, Some(1.0));
+    let video = client.get_video(&done.result.expect("result").video_id).await.unwrap();
+    assert_eq!(video.status.as_str(), "ready");
+    assert!(video.renditions.iter().any(|r| r.height == 240), "{:?}", video.renditions);
+    let redirects = server.asked().iter().filter(|p| p.starts_with("/hop/")).count();
+    assert!(redirects >= 5, "the clip was reached through 5 redirects: {:?}", server.asked());
+
+    for (path, code, id) in ops {
+        let op = client.wait_operation(&id, Duration::from_secs(120), |_| {}).await.unwrap();
+        assert_eq!(op.status, OperationStatus::Failed, "{path}");
+        let error = op.error.expect("error");
+        assert_eq!(error.code, code, "{path}: {:?}", error.detail);
+        if path == "/missing" {
+            assert_eq!(error.extensions.get("source_status"), Some(&serde_json::json!(404)));
+        }
+    }
+    // The guard refused the redirect targets before connecting: the private
+    // addresses were never asked for anything, and the loopback server saw
+    // exactly one request for each redirecting path.
+    let asked = server.asked();
+    for path in ["/to-private", "/to-metadata"] {
+        assert_eq!(asked.iter().filter(|p| *p == path).count(), 1, "{asked:?}");
+    }
+    assert!(!asked.iter().any(|p| p.starts_with("/latest")), "{asked:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
