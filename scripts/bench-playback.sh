@@ -101,21 +101,6 @@ INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB', '$TENA
 SQL
 
 # 3. The playback service (release, as many workers as cores) and nginx (as
-# A signed playback ID of the same video, a signing key of the tenant (openssl
-# makes the pair; the table gets the public half, as POST /signing-keys does)
-# and a token minted by vidctl (issue 20).
-PB_SIGNED="pb_01jd8x4m3v0k2q6s7t9w1y5zac"
-KID="sk_01jd8x4m3v0k2q6s7t9w1y5zab"
-openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$WORK/signing.pem" 2>/dev/null
-PUBLIC_PEM="$(openssl pkey -in "$WORK/signing.pem" -pubout)"
-psql -q "$VID__DATABASE__URL" -v pem="$PUBLIC_PEM" >/dev/null <<SQL
-INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB_SIGNED', '$TENANT', '$VIDEO', 'signed');
-INSERT INTO signing_keys (id, tenant_id, public_key) VALUES ('$KID', '$TENANT', :'pem');
-SQL
-VIDCTL="${VIDCTL:-$BIN_DIR/vidctl}"
-[ -x "$VIDCTL" ] || VIDCTL=target/debug/vidctl
-[ -x "$VIDCTL" ] || die "vidctl missing (cargo build -p vid-client)"
-TOKEN="$("$VIDCTL" playback sign --key-file "$WORK/signing.pem" --key-id "$KID" --playback-id "$PB_SIGNED" --audience v --expires-in 1h)"
 #    many workers, access log off) on loopback.
 PB_PORT="$(free_port)"; NGINX_PORT="$(free_port)"
 VID__PLAYBACK__LISTEN="127.0.0.1:$PB_PORT" VID__TELEMETRY__LEVEL=warn "$BIN_DIR/playback" >"$WORK/playback.log" 2>&1 &

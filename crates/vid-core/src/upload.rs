@@ -121,15 +121,6 @@ pub struct CreatedUpload {
     /// default; `GET /uploads/{id}` shows its `expires_at`). Renew URLs with
     /// `POST /uploads/{id}/parts:sign`.
     pub expires_at: DateTime<Utc>,
-}
-
-/// A part storage already holds (S3 ListParts).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct StoredPart {
-    /// 1-based part number.
-    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
-    pub part_number: u32,
     /// A bearer token (`vidu_…`) for a browser: good only for this upload's
     /// `GET`, `parts:sign`, `complete` and `DELETE`, and for following the
     /// operation it becomes (`GET /operations/{id}`, `:wait`, `/events`),
@@ -139,6 +130,15 @@ pub struct StoredPart {
     /// an idempotent replay of the create answers a new one.
     #[cfg_attr(feature = "openapi", schema(example = "vidu_3q2-7wEXAMPLEtokenXXXXXXXXXXXXXXXXXXXXXXXX"))]
     pub client_token: String,
+}
+
+/// A part storage already holds (S3 ListParts).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoredPart {
+    /// 1-based part number.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub part_number: u32,
     /// Size in bytes as stored.
     pub size_bytes: u64,
     /// The part's ETag as storage reports it.
