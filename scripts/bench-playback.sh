@@ -2,7 +2,8 @@
 # Playback service throughput (issue 19): wrk against the master playlist and
 # a media playlist served by `playback`, and against nginx serving the same
 # stored bytes from disk on loopback, in the same run; prints req/s, p99 and
-# the ratio playback/nginx (goal >= 50 %). Plus one media segment through
+# the ratio playback/nginx (goal >= 50 %); the signed master playlist
+# (?token=, issue 20) against the public one: p50, p99 and their ratio. Plus one media segment through
 # both, and the proxy-vs-redirect figure: a segment proxied by playback
 # against the same object fetched straight from Garage (what a redirect to a
 # presigned URL would cost after its extra round trip). No time is asserted.
@@ -12,7 +13,8 @@
 #        BIN_DIR (target/release), API_BIN ($BIN_DIR/api, for `api migrate`),
 #        SEGMENTS_CURL (sequential fetches, 200).
 # Needs: wrk and nginx (apt-get install wrk nginx-light; installed here if missing),
-#        ffmpeg, psql, curl >= 7.75 (--aws-sigv4).
+#        ffmpeg, psql, openssl, curl >= 7.75 (--aws-sigv4); vidctl (VIDCTL, $BIN_DIR/vidctl
+#        else target/debug/vidctl) mints the token.
 set -Eeuo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -99,6 +101,21 @@ INSERT INTO videos (id, tenant_id, upload_id, operation_id, status, content_type
           '{"prefix": "$PREFIX", "hls_master_key": "${PREFIX}master.m3u8", "dash_manifest_key": "${PREFIX}manifest.mpd", "segment_duration_ms": 4000, "objects": 0, "size_bytes": 0}');
 INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB', '$TENANT', '$VIDEO', 'public');
 SQL
+# A signed playback ID of the same video, a signing key of the tenant (openssl
+# makes the pair; the table gets the public half, as POST /signing-keys does)
+# and a token minted by vidctl (issue 20).
+PB_SIGNED="pb_01jd8x4m3v0k2q6s7t9w1y5zac"
+KID="sk_01jd8x4m3v0k2q6s7t9w1y5zab"
+openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$WORK/signing.pem" 2>/dev/null
+PUBLIC_PEM="$(openssl pkey -in "$WORK/signing.pem" -pubout)"
+psql -q "$VID__DATABASE__URL" -v pem="$PUBLIC_PEM" >/dev/null <<SQL
+INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB_SIGNED', '$TENANT', '$VIDEO', 'signed');
+INSERT INTO signing_keys (id, tenant_id, public_key) VALUES ('$KID', '$TENANT', :'pem');
+SQL
+VIDCTL="${VIDCTL:-$BIN_DIR/vidctl}"
+[ -x "$VIDCTL" ] || VIDCTL=target/debug/vidctl
+[ -x "$VIDCTL" ] || die "vidctl missing (cargo build -p vid-client)"
+TOKEN="$("$VIDCTL" playback sign --key-file "$WORK/signing.pem" --key-id "$KID" --playback-id "$PB_SIGNED" --audience v --expires-in 1h)"
 
 # 3. The playback service (release, as many workers as cores) and nginx (as
 #    many workers, access log off) on loopback.
@@ -155,7 +172,29 @@ row "master" "$PLAY/$PB.m3u8" "$STATIC/master.m3u8"
 row "media playlist" "$PLAY/$PB/360p/index.m3u8" "$STATIC/360p/index.m3u8"
 row "segment" "$PLAY/$PB/$SEGMENT" "$STATIC/$SEGMENT"
 
-# 4. Proxy vs redirect: mean time of one segment, sequential (one viewer).
+# 4. Token validation cost (issue 20): the master playlist of the signed ID
+#    (token parsed, the key read from PostgreSQL, RS256 verified, the token
+#    appended to every URI) against the public one, same run: p50, p99, ratio.
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$PLAY/$PB_SIGNED.m3u8")" = 403 ] || die "the signed ID plays without a token"
+curl -fsS "$PLAY/$PB_SIGNED.m3u8?token=$TOKEN" | grep -q "index.m3u8?token=$TOKEN" || die "the signed master playlist does not carry the token on"
+wrk_latency() {   # wrk_latency URL: "<req/s> <p50 ms> <p99 ms>"
+    local out
+    out="$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1")"
+    grep -q "Non-2xx" <<<"$out" && die "wrk got non-2xx answers from $1: $out"
+    awk 'function ms(v) { if (v ~ /us$/) {sub(/us$/,"",v); return v/1000} if (v ~ /ms$/) {sub(/ms$/,"",v); return v} sub(/s$/,"",v); return v*1000 }
+         /^Requests\/sec:/ {r=$2} $1 == "50%" {p50=ms($2)} $1 == "99%" {p99=ms($2)} END {printf "%s %.3f %.3f", r, p50, p99}' <<<"$out"
+}
+read -r pub_rps pub_p50 pub_p99 <<<"$(wrk_latency "$PLAY/$PB.m3u8")"
+read -r sig_rps sig_p50 sig_p99 <<<"$(wrk_latency "$PLAY/$PB_SIGNED.m3u8?token=$TOKEN")"
+printf '
+%-22s %10s %10s %10s
+' "master playlist" "r/s" "p50 ms" "p99 ms"
+printf '%-22s %10.0f %10s %10s
+' "public" "$pub_rps" "$pub_p50" "$pub_p99" "signed (?token=)" "$sig_rps" "$sig_p50" "$sig_p99"
+awk -v a="$sig_p50" -v b="$pub_p50" -v c="$sig_p99" -v d="$pub_p99" -v e="$sig_rps" -v f="$pub_rps" \
+    'BEGIN {printf "%-22s %9.0f%% %9.2fx %9.2fx   (signed / public)\n", "ratio", 100 * e / f, a / b, c / d}'
+
+# 5. Proxy vs redirect: mean time of one segment, sequential (one viewer).
 mean_ms() {   # mean_ms CURL_ARGS... : mean time_total over SEGMENTS_CURL fetches
     local i total=0 t
     for i in $(seq 1 "$SEGMENTS_CURL"); do

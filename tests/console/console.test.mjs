@@ -20,7 +20,7 @@
 // loopback is aborted and fails the test.
 
 import { execFile } from 'node:child_process';
-import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, createSign, timingSafeEqual } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import http from 'node:http';
@@ -451,6 +451,48 @@ try {
     await playsFor(video, 1.0, `playback after the seek to ${r.mid.toFixed(2)} s`);
     await noPlayerError(figure, 'the hls.js player after the seek');
     await screenshot('video-stream-seeked');
+  });
+
+  await step('a signed playback ID plays with hls.js from one token URL, every request carrying the token (issue 20)', async () => {
+    const api = (method, path, body) => fetch(`${API_URL}${path}`, {
+      method, headers: { Authorization: `Bearer ${API_KEY}`, ...(body ? { 'Content-Type': 'application/json' } : {}) }, body: body && JSON.stringify(body),
+    }).then(async (r) => { assert(r.status === 201, `${method} ${path}: ${r.status}`); return r.json(); });
+    const key = await api('POST', '/signing-keys');
+    const signed = await api('POST', `/videos/${videoId}/playback-ids`, { policy: 'signed' });
+    // The token, minted with node's own crypto (RS256 = RSASSA-PKCS1-v1_5 with SHA-256, RFC 7518 §3.3).
+    const b64 = (v) => Buffer.from(JSON.stringify(v)).toString('base64url');
+    const input = `${b64({ alg: 'RS256', typ: 'JWT', kid: key.id })}.${b64({ sub: signed.id, aud: 'v', exp: Math.floor(Date.now() / 1000) + 600 })}`;
+    const token = `${input}.${createSign('RSA-SHA256').update(input).sign(key.private_key).toString('base64url')}`;
+    assert((await fetch(signed.hls_url)).status === 403, 'the signed ID refuses a request without a token');
+    const url = `${signed.hls_url}?token=${token}`;
+    const seen = playbackRequests.length;
+    const r = await page.evaluate(async (src) => {
+      const { default: Hls } = await import('/console/vendor/hls.min.mjs');
+      const v = document.createElement('video');
+      v.muted = true;
+      v.dataset.testid = 'signed-player';
+      document.body.append(v);
+      const hls = new Hls();
+      const result = await new Promise((resolve) => {
+        const timer = setTimeout(() => resolve({ ok: false, error: `no progress in 30 s (readyState ${v.readyState})` }), 30_000);
+        hls.on(Hls.Events.ERROR, (_, d) => { if (d.fatal) { clearTimeout(timer); resolve({ ok: false, error: `${d.type}/${d.details}` }); } });
+        hls.on(Hls.Events.MANIFEST_PARSED, () => v.play());
+        v.addEventListener('timeupdate', () => { if (v.currentTime >= 1) { clearTimeout(timer); resolve({ ok: true }); } });
+        hls.loadSource(src);
+        hls.attachMedia(v);
+      });
+      const at = v.currentTime;
+      hls.destroy();
+      v.remove();
+      return { ...result, at };
+    }, url);
+    assert(r.ok, `the signed stream plays: ${r.error} (currentTime ${r.at})`);
+    const mine = playbackRequests.slice(seen).filter((q) => q.url.includes(`/play/${signed.id}`));
+    const kinds = new Set(mine.map((q) => new URL(q.url).pathname.replace(/^.*\.([a-z0-9]+)$/, '$1')));
+    assert(kinds.has('m3u8') && kinds.has('mp4') && kinds.has('m4s'), `playlists, init and media segments of the signed ID were fetched: ${[...kinds]}`);
+    const without = mine.filter((q) => new URL(q.url).searchParams.get('token') !== token || [...new URL(q.url).searchParams.keys()].length !== 1);
+    assert(without.length === 0, `every request of the signed ID carried exactly the token: ${without.map((q) => q.url).join(', ')}`);
+    console.log(`    currentTime ${r.at.toFixed(2)} s; ${mine.length} requests, each with ?token=`);
   });
 
   await step('hovering the seek strip shows the storyboard tile of that time (issue 20)', async () => {
