@@ -208,10 +208,6 @@ diesel::table! {
     }
 }
 
-diesel::joinable!(api_keys -> tenants (tenant_id));
-diesel::joinable!(playback_ids -> videos (video_id));
-diesel::joinable!(operations -> videos (video_id));
-diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
 diesel::table! {
     signing_keys (id) {
         id -> Text,
@@ -221,22 +217,26 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(api_keys -> tenants (tenant_id));
+diesel::joinable!(playback_ids -> videos (video_id));
+diesel::joinable!(upload_client_tokens -> uploads (upload_id));
+diesel::joinable!(operations -> videos (video_id));
+diesel::joinable!(webhook_attempts -> webhook_deliveries (delivery_id));
 diesel::joinable!(webhook_deliveries -> webhook_endpoints (endpoint_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     tenants,
     api_keys,
     uploads,
+    upload_client_tokens,
     videos,
     playback_ids,
+    signing_keys,
     operations,
     events,
     outbox,
     webhook_endpoints,
     webhook_deliveries,
-diesel::joinable!(upload_client_tokens -> uploads (upload_id));
-    signing_keys,
     webhook_attempts,
     idempotency_keys,
 );
-    upload_client_tokens,

@@ -63,11 +63,11 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
         routes::videos::get_video,
         routes::playback_ids::create_playback_id,
         routes::playback_ids::delete_playback_id,
-        routes::endpoints::create_endpoint,
         routes::signing_keys::create_signing_key,
         routes::signing_keys::list_signing_keys,
         routes::signing_keys::get_signing_key,
         routes::signing_keys::delete_signing_key,
+        routes::endpoints::create_endpoint,
         routes::endpoints::list_endpoints,
         routes::endpoints::get_endpoint,
         routes::endpoints::update_endpoint,
@@ -89,10 +89,10 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
             vid_core::EndpointId,
             vid_core::DeliveryId,
             vid_core::PlaybackId,
-            vid_core::playback::PlaybackPolicy,
             vid_core::SigningKeyId,
             vid_core::signing::SigningKey,
             vid_core::signing::CreatedSigningKey,
+            vid_core::playback::PlaybackPolicy,
             vid_core::playback::PlaybackIdView,
             vid_core::playback::CreatePlaybackId,
             vid_core::messages::Mp4Support,
@@ -110,11 +110,11 @@ Unsafe `POST`s that create something accept an `Idempotency-Key` header.",
         (name = "ingests", description = "Videos from a URL: the ingest worker downloads the source (SSRF-guarded) and it is transcoded like an upload."),
         (name = "operations", description = "Long-running transcodes: poll, wait, stream or cancel."),
         (name = "videos", description = "Sources, renditions and posters, with presigned download URLs; playback IDs with stable HLS and DASH URLs."),
+        (name = "signing-keys", description = "RSA key pairs for signed playback: we keep the public half; your server signs playback tokens (RS256 JWTs) with the private half."),
         (name = "webhook-endpoints", description = "Where a tenant's events are delivered, and the delivery log."),
         (name = "events", description = "Every event recorded for the tenant, so receivers can catch up."),
         (name = "meta", description = "Health probes and this document."),
     ),
-        (name = "signing-keys", description = "RSA key pairs for signed playback: we keep the public half; your server signs playback tokens (RS256 JWTs) with the private half."),
 )]
 pub struct ApiDoc;
 
@@ -134,18 +134,6 @@ impl Modify for SecurityAddon {
                     .build(),
             ),
         );
-    }
-}
-
-/// The document as served, built once.
-///
-/// utoipa 5.5 writes the fields of a response's Link object in snake case
-/// (`operation_id`); OpenAPI spells them `operationId`, `operationRef` and
-/// `requestBody`, so they are renamed here.
-pub fn document() -> &'static serde_json::Value {
-    static DOC: OnceLock<serde_json::Value> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
         components.add_security_scheme(
             CLIENT_TOKEN_SCHEME,
             SecurityScheme::Http(
@@ -161,6 +149,18 @@ pub fn document() -> &'static serde_json::Value {
                     .build(),
             ),
         );
+    }
+}
+
+/// The document as served, built once.
+///
+/// utoipa 5.5 writes the fields of a response's Link object in snake case
+/// (`operation_id`); OpenAPI spells them `operationId`, `operationRef` and
+/// `requestBody`, so they are renamed here.
+pub fn document() -> &'static serde_json::Value {
+    static DOC: OnceLock<serde_json::Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serialises");
         fix_links(&mut doc);
         doc
     })

@@ -98,11 +98,6 @@ pub struct UploadSettings {
     pub expire_after_seconds: u64,
     /// Lifetime of rendition and poster download URLs, in seconds.
     pub download_url_ttl_seconds: u64,
-}
-
-/// `[operations]`
-#[derive(Debug, Clone, Deserialize)]
-pub struct OperationSettings {
     /// How long an upload's client token (`vidu_…`) keeps working for its
     /// operation after the operation became terminal, in seconds (issue 21;
     /// until then it works until the upload's `expires_at`, or, once completed,
@@ -113,6 +108,11 @@ pub struct OperationSettings {
 
 fn default_client_token_grace_seconds() -> u64 {
     600
+}
+
+/// `[operations]`
+#[derive(Debug, Clone, Deserialize)]
+pub struct OperationSettings {
     /// A running operation with no report for this long is failed (`worker_lost`).
     pub heartbeat_timeout_seconds: u64,
     /// Open `:wait` calls plus event streams one tenant may hold on one api

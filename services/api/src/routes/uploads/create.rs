@@ -38,8 +38,7 @@ use crate::store::{self, uploads::NewUpload};
 /// `mp4_support` value); `invalid_size` (0 bytes), `file_too_large`
 /// (above `uploads.max_size_bytes`), `unsupported_content_type`,
 /// `invalid_filename` (over 255 bytes, or a control, format or line-separator
-/// character), `invalid_cors_origin` (not `scheme://host[:port]`), `unsupported_playback_policy` (`signed`: not served until
-/// signing keys exist, issue 20) (422); `too_many_uploads` (429, with `Retry-After: 30` and the
+/// character), `invalid_cors_origin` (not `scheme://host[:port]`), `invalid_poster_time` (negative) (422); `too_many_uploads` (429, with `Retry-After: 30` and the
 /// `limit` and `in_flight` members) when the tenant already has its maximum
 /// of uploads in flight (`created` or `completing`, not past `expires_at`);
 /// `unavailable` (503) when storage or the database is down.
@@ -72,7 +71,7 @@ pub async fn create_upload(
 ) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
     let owned = req.clone();
-    crate::idempotency::once(&state, &tenant, &http, "POST /uploads", &req, move |state, tenant| async move {
+    let answer = crate::idempotency::once(&state, &tenant, &http, "POST /uploads", &req, move |state, tenant| async move {
         create_upload_once(&state, &tenant, owned).await
     })
     .await?;
@@ -108,7 +107,9 @@ async fn with_client_token(state: &AppState, answer: HttpResponse) -> ApiResult<
 
 /// Checks a create request against the limits; returns the normalised
 /// content type. Errors (422): `invalid_size`, `file_too_large`,
-/// `unsupported_content_type`, `invalid_filename`, `unsupported_playback_policy`.
+/// `unsupported_content_type`, `invalid_filename`. Both playback policies
+/// pass: `signed` needs no signing key yet (as at Mux, the key can come
+/// later; until then no token validates).
 fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -> ApiResult<String> {
     if req.size_bytes == 0 {
         return Err(ApiError::new(codes::INVALID_SIZE, "size_bytes must be at least 1"));
@@ -126,10 +127,11 @@ fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -
             format!("content_type `{}` is not accepted; use one of {}", req.content_type, limits.allowed_content_types.join(", ")),
         ));
     }
-    if req.filename.as_deref().is_some_and(|name| !is_valid_filename(name)) {
     if let Some(origin) = &req.cors_origin {
         crate::cors::parse_cors_origin(origin)?;
     }
+    poster_time(req)?;
+    if req.filename.as_deref().is_some_and(|name| !is_valid_filename(name)) {
         return Err(ApiError::new(
             codes::INVALID_FILENAME,
             "filename must be at most 255 bytes, without control characters, Unicode format characters (e.g. U+202E, \
@@ -137,6 +139,17 @@ fn check_request(limits: &crate::settings::UploadSettings, req: &CreateUpload) -
         ));
     }
     Ok(content_type)
+}
+
+/// `poster_time` in seconds: a JSON number is always finite; it must be ≥ 0.
+/// Errors: `422 invalid_poster_time`.
+fn poster_time(req: &CreateUpload) -> ApiResult<Option<f64>> {
+    match req.poster_time.as_ref().map(|n| n.as_f64().unwrap_or(f64::NAN)) {
+        Some(t) if !(t.is_finite() && t >= 0.0) => {
+            Err(ApiError::new(codes::INVALID_POSTER_TIME, "poster_time must be a number of seconds ≥ 0"))
+        }
+        t => Ok(t),
+    }
 }
 
 /// The playback policies to store: as asked with repeats dropped, or
@@ -169,6 +182,7 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
     let s3_upload_id = storage::create_multipart(state, &key, &content_type).await?;
     let expires_at = Utc::now() + chrono::Duration::seconds(limits.expire_after_seconds as i64);
     let policies = playback_policies(&req);
+    let cors_origin = req.cors_origin.as_deref().map(crate::cors::parse_cors_origin).transpose()?;
     let new = NewUpload {
         id: &id,
         tenant: &tenant.id,
@@ -179,10 +193,11 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         part_count,
         key: &key,
         s3_upload_id: &s3_upload_id,
-    let cors_origin = req.cors_origin.as_deref().map(crate::cors::parse_cors_origin).transpose()?;
         expires_at,
         playback_policy: &policies,
         mp4_support: req.mp4_support.unwrap_or_default(),
+        cors_origin: cors_origin.as_deref(),
+        poster_time: poster_time(&req)?,
     };
     let inserted = async {
         let mut conn = state.db.get().await?;
@@ -193,7 +208,6 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         Ok(Some((in_flight, cap))) => {
             discard_multipart(state, &key, &s3_upload_id).await;
             return Err(too_many_uploads(in_flight, cap));
-        cors_origin: cors_origin.as_deref(),
         }
         Err(e) => {
             discard_multipart(state, &key, &s3_upload_id).await;
@@ -215,6 +229,7 @@ async fn create_upload_once(state: &AppState, tenant: &Tenant, req: CreateUpload
         part_size,
         parts,
         expires_at: url_expiry,
+        client_token: String::new(),
     };
     // Stored for idempotent replays without the token; `with_client_token` adds one.
     let mut body = serde_json::to_value(&created).map_err(|e| ApiError::Internal(e.into()))?;
@@ -229,7 +244,6 @@ async fn discard_multipart(state: &AppState, key: &str, s3_upload_id: &str) {
         tracing::warn!(key, "could not abort a multipart upload no upload refers to; the bucket lifecycle rule will");
     }
 }
-        client_token: String::new(),
 
 /// The `429 too_many_uploads` answer, with `Retry-After` and the `limit` and
 /// `in_flight` extension members.
