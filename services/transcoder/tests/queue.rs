@@ -427,8 +427,12 @@ async fn a_job_succeeds_with_its_reports_and_outputs_in_s3() {
     assert_eq!(stream.dash_manifest_key, format!("{}manifest.mpd", stream.prefix));
     let keys = h.keys_under(&stream.prefix).await;
     assert_eq!(keys.len() as u32, stream.objects, "{keys:?}");
-    // 3 s of 360p with audio in 4 s segments: per track init + 1 segment + playlist; master + MPD.
-    assert_eq!(stream.objects, 2 * 3 + 2, "{keys:?}");
+    // 3 s of 360p with audio in 4 s segments: per track init + 1 segment + playlist; master + MPD;
+    // issue 20's images: the frames at 0, 1, 2 s and the last one, the sheet, its VTT and JSON, the poster.
+    assert_eq!(stream.objects, 2 * 3 + 2 + 4 + 4, "{keys:?}");
+    let images = stream.images.as_ref().expect("the images are reported");
+    assert_eq!((images.frames_ms.len(), images.interval_ms, images.tile_width), (4, 1000, 160), "{images:?}");
+    assert!(keys.iter().any(|k| k.ends_with("stream/storyboard.vtt")) && keys.iter().any(|k| k.ends_with("stream/poster.jpg")), "{keys:?}");
     for (key, content_type) in [
         (&stream.hls_master_key, "application/vnd.apple.mpegurl"),
         (&stream.dash_manifest_key, "application/dash+xml"),
