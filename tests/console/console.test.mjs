@@ -227,7 +227,8 @@ try {
       `connect-src is this origin, the playback service and storage: ${csp}`);
     const media = directive('media-src');
     assert(media.includes('blob:') && media.includes(PLAYBACK_URL) && media.includes("'self'"), `media-src has blob: and the playback service: ${csp}`);
-    assert(!directive('img-src').includes('blob:') && !directive('img-src').includes(PLAYBACK_URL), `img-src does not open for playback: ${csp}`);
+    // img-src opens for the playback service's storyboard sheet (issue 20), never for blob:.
+    assert(!directive('img-src').includes('blob:') && directive('img-src').includes(PLAYBACK_URL), `img-src: the playback service, no blob: ${csp}`);
     assert(directive('worker-src').length === 0 && !csp.includes('unsafe-eval'), `no worker, no eval: ${csp}`);
     // hls.js is served from the binary, exactly the committed (npm-checked) file.
     const hlsResp = await fetch(`${API_URL}/console/vendor/hls.min.mjs`);
