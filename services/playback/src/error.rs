@@ -37,7 +37,6 @@ pub mod codes {
     pub const NOT_FOUND: &str = "not_found";
     /// 403.
     pub const PLAYBACK_TOKEN_REQUIRED: &str = "playback_token_required";
-    /// 400 (issue 20: a thumbnail's `time` or `width`).
     /// 403 (issue 20: each refused token, see [`super::TokenRefusal`]).
     pub const TOKEN_MISPLACED: &str = "token_misplaced";
     /// 403.
@@ -58,6 +57,7 @@ pub mod codes {
     pub const TOKEN_WRONG_SUBJECT: &str = "token_wrong_subject";
     /// 403.
     pub const TOKEN_WRONG_AUDIENCE: &str = "token_wrong_audience";
+    /// 400 (issue 20: a thumbnail's `time` or `width`).
     pub const INVALID_PARAMETER: &str = "invalid_parameter";
     /// 416.
     pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
@@ -69,9 +69,6 @@ pub mod codes {
     pub const INTERNAL: &str = "internal";
 }
 
-/// Every way a playback request can fail.
-#[derive(Debug, thiserror::Error)]
-pub enum PlaybackError {
 /// Why a playback token was refused (each a `403` with its own code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenRefusal {
@@ -145,18 +142,21 @@ impl TokenRefusal {
     }
 }
 
+/// Every way a playback request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum PlaybackError {
     /// 404 `not_found`.
     #[error("not found")]
     NotFound,
     /// 403 `playback_token_required`.
     #[error("this playback ID is signed")]
     TokenRequired,
-    /// 400 `invalid_parameter`: which rule the value broke (sent as the detail).
-    #[error("invalid parameter: {0}")]
-    InvalidParameter(&'static str),
     /// 403 with the refusal's code.
     #[error("playback token refused: {}", .0.code())]
     TokenRefused(TokenRefusal),
+    /// 400 `invalid_parameter`: which rule the value broke (sent as the detail).
+    #[error("invalid parameter: {0}")]
+    InvalidParameter(&'static str),
     /// 416 `range_not_satisfiable`; the object's size when known.
     #[error("range not satisfiable")]
     RangeNotSatisfiable(Option<u64>),
@@ -177,19 +177,20 @@ impl PlaybackError {
         match self {
             Self::NotFound => codes::NOT_FOUND,
             Self::TokenRequired => codes::PLAYBACK_TOKEN_REQUIRED,
+            Self::TokenRefused(r) => r.code(),
             Self::InvalidParameter(_) => codes::INVALID_PARAMETER,
             Self::RangeNotSatisfiable(_) => codes::RANGE_NOT_SATISFIABLE,
             Self::MethodNotAllowed => codes::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => codes::UNAVAILABLE,
             Self::Internal(_) => codes::INTERNAL,
         }
-            Self::TokenRefused(r) => r.code(),
     }
 
     fn title_and_detail(&self) -> (&'static str, &'static str) {
         match self {
             Self::NotFound => ("Not Found", "no playable stream at this address"),
             Self::TokenRequired => ("Playback Token Required", "this playback ID needs a signed playback token"),
+            Self::TokenRefused(r) => ("Playback Token Refused", r.detail()),
             Self::InvalidParameter(rule) => ("Invalid Parameter", rule),
             Self::RangeNotSatisfiable(_) => ("Range Not Satisfiable", "the requested range starts past the end of the object"),
             Self::MethodNotAllowed => ("Method Not Allowed", "only GET, HEAD and OPTIONS are served"),
@@ -197,7 +198,6 @@ impl PlaybackError {
             Self::Internal(_) => ("Internal Server Error", "an unexpected error occurred"),
         }
     }
-            Self::TokenRefused(r) => ("Playback Token Refused", r.detail()),
 }
 
 impl ResponseError for PlaybackError {

@@ -26,12 +26,12 @@ pub mod settings;
 pub mod state;
 pub mod storage;
 pub mod store;
+pub mod token;
 
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub mod token;
 use actix_web::http::header;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
@@ -60,12 +60,12 @@ impl Application {
             s3: vid_infra::storage::client(&settings.s3),
             lookups: Arc::new(cache::LookupCache::new(Duration::from_millis(p.lookup_cache_ms), p.lookup_cache_entries)),
             manifests: Arc::new(cache::ManifestCache::new(p.manifest_cache_bytes)),
+            signing_keys: Arc::new(token::KeyCache::default()),
             manifest_cache_control: format!("public, max-age={}", p.manifest_max_age_seconds).into(),
             media_cache_control: format!("public, max-age={}, immutable", p.media_max_age_seconds).into(),
             settings: Arc::new(settings),
         };
         let listen = &state.settings.playback.listen;
-            signing_keys: Arc::new(token::KeyCache::default()),
         let listener = TcpListener::bind(listen).with_context(|| format!("binding playback.listen {listen}"))?;
         let port = listener.local_addr()?.port();
         Ok(Self { port, listener, state })
