@@ -10,8 +10,8 @@
 //! - [`messages`]: what travels over RabbitMQ between the services.
 //! - [`ingest`]: `POST /ingests` and the ingest worker's job and reports.
 //! - [`page`]: the `{data, next_cursor}` envelope of every list endpoint.
-//! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
 //! - [`signing`]: signing keys and the claims of a signed playback token.
+//! - [`state`]: string-valued state enums (`UploadStatus`, `OperationStatus`,
 //!   `VideoStatus`, `Phase`, `ScanOutcome`, `EndpointStatus`, `DeliveryStatus`), one spelling for the wire and
 //!   the database; an unknown stored value is an error, never a default.
 
@@ -28,9 +28,9 @@ pub mod operation;
 pub mod page;
 pub mod playback;
 pub mod problem;
+pub mod signing;
 pub mod upload;
 pub mod video;
-pub mod signing;
 
 pub use ids::*;
 pub use page::Page;

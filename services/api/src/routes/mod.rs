@@ -8,8 +8,8 @@ pub mod health;
 pub mod ingests;
 pub mod operations;
 pub mod playback_ids;
-pub mod uploads;
 pub mod signing_keys;
+pub mod uploads;
 pub mod videos;
 
 use actix_web::web;
@@ -36,8 +36,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     operations::configure(cfg);
     videos::configure(cfg);
     playback_ids::configure(cfg);
+    signing_keys::configure(cfg);
     endpoints::configure(cfg);
     deliveries::configure(cfg);
-    signing_keys::configure(cfg);
     events::configure(cfg);
 }

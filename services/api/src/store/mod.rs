@@ -24,8 +24,8 @@ pub mod ingests;
 pub mod operations;
 pub mod outbox;
 pub mod playback_ids;
-pub mod tenants;
 pub mod signing_keys;
+pub mod tenants;
 pub mod uploads;
 
 /// The connection every query runs on (a pooled one derefs to it).
