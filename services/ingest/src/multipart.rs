@@ -146,8 +146,7 @@ impl MultipartWriter {
         if let Some(handle) = self.in_flight.take() {
             let _ = handle.await;
         }
-        let aborted =
-            self.s3.abort_multipart_upload().bucket(&self.bucket).key(&self.key).upload_id(&self.upload_id).send().await;
+        let aborted = self.s3.abort_multipart_upload().bucket(&self.bucket).key(&self.key).upload_id(&self.upload_id).send().await;
         if let Err(e) = aborted {
             tracing::warn!(key = %self.key, error = %aws_sdk_s3::error::DisplayErrorContext(e), "could not abort a multipart upload; the bucket lifecycle rule will");
         }

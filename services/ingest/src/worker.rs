@@ -202,11 +202,13 @@ struct Reporter<'a> {
 
 impl Reporter<'_> {
     async fn send(&self, kind: IngestReportKind) -> Result<(), vid_infra::amqp::PublishError> {
-        let report =
-            IngestReport { operation_id: self.job.operation_id.clone(), worker: self.ctx.worker.clone(), emitted_at: chrono::Utc::now(), kind };
-        self.publisher
-            .publish_json(&self.ctx.topology.ingest_exchange(), RK_REPORT, &report, Some(self.job.operation_id.as_str()))
-            .await
+        let report = IngestReport {
+            operation_id: self.job.operation_id.clone(),
+            worker: self.ctx.worker.clone(),
+            emitted_at: chrono::Utc::now(),
+            kind,
+        };
+        self.publisher.publish_json(&self.ctx.topology.ingest_exchange(), RK_REPORT, &report, Some(self.job.operation_id.as_str())).await
     }
 }
 
@@ -233,7 +235,8 @@ async fn ingest(ctx: &Shared, job: &IngestJob, reporter: &Reporter<'_>) -> Resul
         .or_else(|| job.allowed_content_types.first().cloned())
         .unwrap_or_else(|| "application/octet-stream".to_owned());
     let bucket = &ctx.settings.s3.bucket;
-    let mut writer = MultipartWriter::start(ctx.s3.clone(), bucket, &job.source_key, &content_type, ctx.settings.ingest_worker.part_size_bytes).await?;
+    let mut writer =
+        MultipartWriter::start(ctx.s3.clone(), bucket, &job.source_key, &content_type, ctx.settings.ingest_worker.part_size_bytes).await?;
     let interval = Duration::from_millis(ctx.settings.ingest_worker.progress_interval_ms);
     let streamed = async {
         let mut chunk = Some(first);

@@ -93,12 +93,14 @@ async fn serve(sock: &mut tokio::net::TcpStream, answer: Answer) -> std::io::Res
     let zeros = vec![0u8; 16 * 1024];
     match answer {
         Answer::Body(bytes) => {
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
+            let head =
+                format!("HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", bytes.len());
             sock.write_all(head.as_bytes()).await?;
             sock.write_all(&bytes).await?;
         }
         Answer::Redirect(to) => {
-            sock.write_all(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes()).await?;
+            sock.write_all(format!("HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes())
+                .await?;
         }
         Answer::Status(status) => {
             sock.write_all(format!("HTTP/1.1 {status} Nope\r\nContent-Length: 4\r\nConnection: close\r\n\r\nnope").as_bytes()).await?;

@@ -17,6 +17,7 @@ use crate::auth::Tenant;
 use crate::domain::ingest::{self, IngestLimits};
 use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::operations::operation_location;
+use crate::routes::uploads::shared::normalize_content_type;
 use crate::routes::uploads::{is_valid_filename, source_key};
 use crate::state::AppState;
 use crate::store::ingests::NewIngestUpload;
@@ -116,7 +117,7 @@ fn check_request(state: &AppState, req: &CreateIngest) -> ApiResult<Checked> {
     let content_type = match &req.content_type {
         None => None,
         Some(ct) => {
-            let normalized = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            let normalized = normalize_content_type(ct);
             if !limits.allowed_content_types.iter().any(|t| t.eq_ignore_ascii_case(&normalized)) {
                 return Err(ApiError::new(
                     codes::UNSUPPORTED_CONTENT_TYPE,
