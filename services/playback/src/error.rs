@@ -22,6 +22,7 @@
 //! | `token_wrong_audience` | 403 | `aud` is not the route's audience (`v` stream, `t` thumbnail, `s` storyboard, `g` poster) |
 //! | `invalid_parameter` | 400 | `thumbnail.jpg`'s `time` or `width` is not a number in range (`time`: finite, ≥ 0 s; `width`: an integer ≥ 1) |
 //! | `range_not_satisfiable` | 416 | a `Range` starting past the object's end (`Content-Range: bytes */<size>`) |
+//! | `precondition_failed` | 412 | `If-Match` or `If-Unmodified-Since` false for a media object (RFC 9110 §13.1.1, §13.1.4) |
 //! | `method_not_allowed` | 405 | not GET, HEAD or OPTIONS (`Allow` says which) |
 //! | `unavailable` | 503 | PostgreSQL or storage did not answer (`Retry-After: 1`) |
 //! | `internal` | 500 | a bug or a corrupt row |
@@ -61,6 +62,8 @@ pub mod codes {
     pub const INVALID_PARAMETER: &str = "invalid_parameter";
     /// 416.
     pub const RANGE_NOT_SATISFIABLE: &str = "range_not_satisfiable";
+    /// 412.
+    pub const PRECONDITION_FAILED: &str = "precondition_failed";
     /// 405.
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     /// 503.
@@ -160,6 +163,9 @@ pub enum PlaybackError {
     /// 416 `range_not_satisfiable`; the object's size when known.
     #[error("range not satisfiable")]
     RangeNotSatisfiable(Option<u64>),
+    /// 412 `precondition_failed`.
+    #[error("precondition failed")]
+    PreconditionFailed,
     /// 405 `method_not_allowed`.
     #[error("method not allowed")]
     MethodNotAllowed,
@@ -180,6 +186,7 @@ impl PlaybackError {
             Self::TokenRefused(r) => r.code(),
             Self::InvalidParameter(_) => codes::INVALID_PARAMETER,
             Self::RangeNotSatisfiable(_) => codes::RANGE_NOT_SATISFIABLE,
+            Self::PreconditionFailed => codes::PRECONDITION_FAILED,
             Self::MethodNotAllowed => codes::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => codes::UNAVAILABLE,
             Self::Internal(_) => codes::INTERNAL,
@@ -193,6 +200,7 @@ impl PlaybackError {
             Self::TokenRefused(r) => ("Playback Token Refused", r.detail()),
             Self::InvalidParameter(rule) => ("Invalid Parameter", rule),
             Self::RangeNotSatisfiable(_) => ("Range Not Satisfiable", "the requested range starts past the end of the object"),
+            Self::PreconditionFailed => ("Precondition Failed", "If-Match or If-Unmodified-Since does not hold for this object"),
             Self::MethodNotAllowed => ("Method Not Allowed", "only GET, HEAD and OPTIONS are served"),
             Self::Unavailable(_) => ("Service Unavailable", "a dependency did not answer; retry shortly"),
             Self::Internal(_) => ("Internal Server Error", "an unexpected error occurred"),
@@ -207,6 +215,7 @@ impl ResponseError for PlaybackError {
             Self::TokenRequired | Self::TokenRefused(_) => StatusCode::FORBIDDEN,
             Self::InvalidParameter(_) => StatusCode::BAD_REQUEST,
             Self::RangeNotSatisfiable(_) => StatusCode::RANGE_NOT_SATISFIABLE,
+            Self::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

@@ -3,21 +3,26 @@
 //! Stateless: it reads `playback_ids` joined to `videos` from PostgreSQL
 //! and the stream's objects from the media bucket; its one write is the
 //! resized-thumbnail cache, `<stream prefix>thumbnails/<ms>_<width>.jpg`
-//! in the media bucket ([`images`], issue 20). It never talks to RabbitMQ or
-//! to another service, so it
+//! in the media bucket ([`images`], issue 20). It never talks to RabbitMQ or to another service, so it
 //! scales on request load alone (k8s/base/playback.yaml).
 //!
 //! - [`paths`]: the strict path grammar (anything else is a 404);
 //! - [`store`]: the one SQL query;
 //! - [`cache`]: the bounded lookup and manifest caches;
 //! - [`rewrite`]: the one URI mapping applied to every manifest;
+//! - [`known`]: the tracks and segments a stream has, from its cached manifests;
+//! - [`conditional`]: RFC 9110 preconditions on media objects;
 //! - [`storage`]: manifests read whole, media bytes proxied as a stream;
 //! - [`routes`]: handlers, CORS, `Cache-Control`, health and metrics;
+//! - [`images`]: storyboard, thumbnails (resized with `image`, cached in storage), poster;
+//! - [`token`]: signed playback IDs' `?token=<JWT>` (RS256, the tenant's signing keys);
 //! - [`error`]: the problem answers and their stable codes.
 
 pub mod cache;
+pub mod conditional;
 pub mod error;
 pub mod images;
+pub mod known;
 pub mod metrics;
 pub mod paths;
 pub mod rewrite;

@@ -23,14 +23,12 @@ use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use vid_core::messages::StreamOutputs;
 use vid_core::playback::{Audience, PlaybackPolicy};
 use vid_core::PlaybackId;
-use vid_db::RunQueryDsl;
 
-use crate::cache::Manifest;
 use crate::error::PlaybackError;
 use crate::paths::{self, RootFile, TrackFile};
 use crate::rewrite::{self, UriMapper};
 use crate::state::AppState;
-use crate::storage::{self, MediaRequest};
+use crate::storage::{self, MediaRequest, RangeAsk};
 use crate::store::{self, Entry};
 
 /// HLS playlists' media type (RFC 8216 §4).
@@ -126,6 +124,7 @@ async fn track_file(
     let entry = resolve(&state, &req, &id, Audience::Video).await?;
     let stream = playable(&entry)?;
     let key = object_key(stream, track, file);
+    crate::known::check(&state, &stream.hls_master_key, &object_key(stream, track, TrackFile::MediaPlaylist), track, file).await?;
     match file {
         TrackFile::MediaPlaylist => {
             let forward = crate::token::forward_query(&req);
@@ -134,10 +133,24 @@ async fn track_file(
         }
         TrackFile::Init | TrackFile::Segment(_) => {
             let headers = req.headers();
-            let range = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).filter(|v| storage::single_byte_range(v));
-            let if_none_match = headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok());
+            let head = req.method() == actix_web::http::Method::HEAD;
+            let range = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()).map(storage::range_ask) {
+                Some(RangeAsk::Unsatisfiable) if !head => {
+                    return Err(PlaybackError::RangeNotSatisfiable(storage::object_size(&state.s3, &state.settings.s3.bucket, &key).await?))
+                }
+                Some(RangeAsk::Pass(r)) if !head => Some(r),
+                _ => None,
+            };
+            let conditions = crate::conditional::Conditions::from_headers(headers);
             let content_type = if track == paths::AUDIO_TRACK { "audio/mp4" } else { "video/mp4" };
-            let request = MediaRequest { key: &key, range, if_none_match, content_type, cache_control: &state.media_cache_control };
+            let request = MediaRequest {
+                key: &key,
+                range: range.as_deref(),
+                conditions: &conditions,
+                content_type,
+                cache_control: &crate::token::cache_control(&req, &state.media_cache_control),
+                head,
+            };
             storage::media(&state.s3, &state.settings.s3.bucket, request).await
         }
     }
@@ -203,16 +216,7 @@ async fn manifest(
     content_type: &'static str,
     mapper: UriMapper<'_>,
 ) -> Result<HttpResponse, PlaybackError> {
-    let cached = state.manifests.get(key);
-    crate::metrics::cache_lookup("manifest", cached.is_some());
-    let object = match cached {
-        Some(m) => m,
-        None => {
-            let m: Arc<Manifest> = Arc::new(storage::manifest(&state.s3, &state.settings.s3.bucket, key).await?);
-            state.manifests.put(key, m.clone());
-            m
-        }
-    };
+    let object = crate::known::stored_manifest(state, key).await?;
     let (body, etag) = if mapper.is_identity() {
         (object.body.clone(), object.etag.clone())
     } else {
@@ -251,25 +255,13 @@ async fn healthz() -> HttpResponse {
     HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({"status": "ok"}))
 }
 
-/// How long each readiness check (database, bucket) may take.
-pub const READINESS_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
-
-/// `/readyz`: PostgreSQL answers `SELECT 1` and the bucket `HeadBucket`,
-/// each within [`READINESS_CHECK_TIMEOUT`]; `503` with the same body otherwise.
+/// `/readyz`: PostgreSQL and the bucket answered, each within
+/// [`vid_infra::readiness::CHECK_TIMEOUT`] (the api's check, shared); `503`
+/// with the same body otherwise.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let db = async {
-        match state.db.get().await {
-            Ok(mut conn) => diesel::select(diesel::dsl::sql::<diesel::sql_types::Integer>("1")).get_result::<i32>(&mut conn).await.is_ok(),
-            Err(_) => false,
-        }
-    };
-    let storage = async { state.s3.head_bucket().bucket(&state.settings.s3.bucket).send().await.is_ok() };
-    let (db_ok, storage_ok) = futures::join!(async { tokio::time::timeout(READINESS_CHECK_TIMEOUT, db).await.unwrap_or(false) }, async {
-        tokio::time::timeout(READINESS_CHECK_TIMEOUT, storage).await.unwrap_or(false)
-    },);
-    let body = serde_json::json!({"database": db_ok, "storage": storage_ok});
-    let mut res = if db_ok && storage_ok { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
-    res.insert_header((header::CACHE_CONTROL, "no-store")).json(body)
+    let ready = vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket)).await;
+    let mut res = if ready.is_ready() { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
+    res.insert_header((header::CACHE_CONTROL, "no-store")).json(ready)
 }
 
 #[cfg(test)]
