@@ -13,12 +13,17 @@ export interface PartUrl {
 /** The `201` answer of `POST /uploads` (`CreatedUpload`), as the customer's server passes it to the page. */
 export interface CreatedUpload {
   id: string;
-  status?: string;
-  size_bytes?: number;
-  part_size?: number;
-  parts?: PartUrl[];
-  expires_at?: string;
-  client_token?: string;
+  /** `created` for a new upload. */
+  status: 'created' | 'completed' | 'aborted' | 'expired';
+  size_bytes: number;
+  /** Bytes per part (the last may be shorter). */
+  part_size: number;
+  /** One presigned URL per part. */
+  parts: PartUrl[];
+  /** RFC 3339: the upload must be completed before then. */
+  expires_at: string;
+  /** The page's token (`vidu_…`), good for this upload and its operation only. */
+  client_token: string;
 }
 
 /** An operation (`Operation`). */
@@ -26,8 +31,13 @@ export interface Operation {
   id: string;
   status: 'pending' | 'running' | 'succeeded' | 'failed' | 'cancelled';
   progress: number;
-  video_id?: string;
-  result?: { video_id?: string; [k: string]: unknown } | null;
+  /** RFC 3339. */
+  created_at: string;
+  /** RFC 3339. */
+  updated_at: string;
+  /** Set from `POST /uploads/{id}/complete` on: the video the operation produces. */
+  metadata: { video_id?: string | null; phase?: string; [k: string]: unknown };
+  result?: { video_id: string; [k: string]: unknown } | null;
   error?: { code: string; detail?: string; [k: string]: unknown } | null;
   [k: string]: unknown;
 }
@@ -66,13 +76,13 @@ export interface ResumeStore {
 }
 
 export interface UploadOptions {
-  /** The `POST /uploads` answer, or just the upload id (to resume). */
-  upload: CreatedUpload | string;
+  /** The `POST /uploads` answer (at least its `id`; its `parts` URLs are used if fresh), or just the upload id (to resume). */
+  upload: CreatedUpload | (Pick<CreatedUpload, 'id'> & Partial<CreatedUpload>) | string;
   /** The upload's `client_token` (`vidu_…`). An API key (`vidk_…`) is refused. */
   token: string;
   /** The api's base URL; default: the page's origin. */
   apiUrl?: string;
-  /** Parts in flight at once (default 4). */
+  /** Parts in flight at once: a whole number ≥ 1 (default 4), else `invalid_argument`. */
   parallel?: number;
   onProgress?: (progress: Progress) => void;
   /** Stops the upload (pause): it stays resumable. */
@@ -109,6 +119,7 @@ export interface SavedUpload {
 
 export class UploadError extends Error {
   /** The problem's `code`, or `network`, `storage_refused`, `aborted`, `api_key_refused`, `not_resumable`, … */
+  /** `invalid_argument` (e.g. `parallel` not a whole number ≥ 1, no `apiUrl` outside a page) comes at once. */
   readonly code: string;
   /** HTTP status; 0 without an answer. */
   readonly status: number;

@@ -35,7 +35,8 @@ export const STORAGE_PREFIX = 'vid-upload:';
 export class UploadError extends Error {
   /**
    * @param {string} code stable code: the api's problem `code`, or one of
-   *   `network`, `storage_refused`, `aborted`, `api_key_refused`, `not_resumable`
+   *   `network`, `storage_refused`, `aborted`, `api_key_refused`, `not_resumable`,
+   *   `invalid_argument`, `invalid_token`, `invalid_upload`
    * @param {number} status HTTP status, 0 without an answer
    * @param {string} message human-readable detail
    * @param {{retryable?: boolean, problem?: any, partNumber?: number}} [extra]
@@ -54,8 +55,13 @@ export class UploadError extends Error {
 /** Whether a status is worth retrying (RFC 9110: 408, 429, 5xx; 0 = no answer). */
 const retryableStatus = (status) => status === 0 || status === 408 || status === 429 || status >= 500;
 
-/** Refuses anything that looks like an API key: it must never reach a page. */
+/**
+ * Refuses anything that looks like an API key: it must never reach a page.
+ * Returns the token trimmed (what is sent), so `' vidk_…'` is refused too.
+ * @returns {string}
+ */
 function checkToken(token) {
+  if (typeof token === 'string') token = token.trim();
   if (typeof token !== 'string' || token.length === 0) {
     throw new UploadError('invalid_token', 0, 'token is required: the client_token (vidu_…) of POST /uploads', { retryable: false });
   }
@@ -66,6 +72,19 @@ function checkToken(token) {
       { retryable: false },
     );
   }
+  return token;
+}
+
+/** A caller's mistake, reported at once (never retried). */
+const badArgument = (message) => new UploadError('invalid_argument', 0, message, { retryable: false });
+
+/** The api's base URL without a trailing `/`: `apiUrl`, else the page's origin; `invalid_argument` without either. */
+function baseUrl(apiUrl) {
+  const url = apiUrl ?? globalThis.location?.origin;
+  if (typeof url !== 'string' || url.trim() === '' || url === 'null') {
+    throw badArgument('apiUrl is required outside a web page (the api\'s base URL, e.g. https://api.example.com)');
+  }
+  return url.trim().replace(/\/$/, '');
 }
 
 /** An abort as an UploadError. */
@@ -246,14 +265,29 @@ function urlRefused(e) {
  * @returns {Promise<import('./index').UploadResult>}
  */
 export async function upload(file, options) {
-  const { token, parallel = DEFAULT_PARALLEL, onProgress = () => {}, signal, follow = false } = options;
-  checkToken(token);
+  const { parallel = DEFAULT_PARALLEL, onProgress = () => {}, signal, follow = false } = options;
+  const token = checkToken(options.token);
+  if (!Number.isInteger(parallel) || parallel < 1) throw badArgument(`parallel must be a whole number ≥ 1 (got ${parallel})`);
   const store = options.store === undefined ? defaultStore() : options.store;
-  const apiUrl = (options.apiUrl ?? globalThis.location?.origin ?? '').replace(/\/$/, '');
+  const apiUrl = baseUrl(options.apiUrl);
   const created = typeof options.upload === 'string' ? { id: options.upload } : options.upload;
   if (!created?.id) throw new UploadError('invalid_upload', 0, 'upload must be the POST /uploads answer or its id', { retryable: false });
   if (signal?.aborted) throw aborted();
   const id = created.id;
+  // One controller stops every request and PUT: the page's signal (listened
+  // to from the start, so an abort in the first onProgress counts), or the
+  // first part that fails for good (the other workers drop their PUT and stop).
+  const inner = new AbortController();
+  const stopInner = () => inner.abort();
+  signal?.addEventListener('abort', stopInner, { once: true });
+  const stop = inner.signal;
+  try {
+    return await run();
+  } finally {
+    signal?.removeEventListener('abort', stopInner);
+  }
+
+  async function run() {
 
   const state = await (await apiRetrying(apiUrl, token, 'GET', `/uploads/${id}`, { signal })).json();
   if (state.size_bytes !== file.size) {
@@ -278,9 +312,18 @@ export async function upload(file, options) {
   };
 
   if (state.status === 'created' && store) {
-    const record = { uploadId: id, token, apiUrl, name: file.name ?? '', size: file.size, lastModified: file.lastModified ?? 0, partSize, fingerprint: await fingerprint(file, partSize), savedAt: Date.now() };
+    const print = await fingerprint(file, partSize);
+    let saved = null;
+    try { saved = JSON.parse(store.getItem(`${STORAGE_PREFIX}${id}`) ?? 'null'); } catch { saved = null; }
+    if (saved?.fingerprint && saved.fingerprint !== print) {
+      // Another file than the one this upload started with: its stored parts
+      // would be completed with this file's other parts. The record stays.
+      throw new UploadError('not_resumable', 0, `this file is not the one upload ${id} started with (its fingerprint differs)`, { retryable: false });
+    }
+    const record = { uploadId: id, token, apiUrl, name: file.name ?? '', size: file.size, lastModified: file.lastModified ?? 0, partSize, fingerprint: print, savedAt: Date.now() };
     try { store.setItem(`${STORAGE_PREFIX}${id}`, JSON.stringify(record)); } catch { /* quota: the upload goes on without resume */ }
   }
+  if (stop.aborted) throw aborted();
   if (state.status !== 'created' && state.status !== 'completed') {
     forget(id, store);
     throw new UploadError(`upload_${state.status}`, 409, `upload ${id} is ${state.status}; start a new upload`, { retryable: false });
@@ -302,13 +345,8 @@ export async function upload(file, options) {
   const unsigned = missing.filter((n) => !fresh(n));
   if (unsigned.length) await sign(unsigned);
   report();
+  if (stop.aborted) throw aborted();
 
-  // One controller stops every PUT: the page's signal, or the first part
-  // that fails for good (the other workers drop their PUT and stop).
-  const inner = new AbortController();
-  const stopInner = () => inner.abort();
-  signal?.addEventListener('abort', stopInner, { once: true });
-  const stop = inner.signal;
   const sent = [];
   const queue = [...missing];
   const sendPart = async (n) => {
@@ -356,7 +394,7 @@ export async function upload(file, options) {
   };
   let failure = null;
   const worker = async () => {
-    while (queue.length && !failure) {
+    while (queue.length && !failure && !stop.aborted) {
       const n = /** @type {number} */ (queue.shift());
       try {
         await sendPart(n);
@@ -367,7 +405,6 @@ export async function upload(file, options) {
     }
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(parallel, queue.length || 1)) }, worker));
-  signal?.removeEventListener('abort', stopInner);
   if (signal?.aborted) {
     report();
     throw aborted();
@@ -391,8 +428,10 @@ export async function upload(file, options) {
     phase = operation.status;
     report();
   }
-  return { uploadId: id, operation, videoId: operation?.video_id ?? operation?.result?.video_id ?? null, partsSent: sent, partsAlreadyStored: alreadyStored };
-
+  // `metadata.video_id` is set from the complete answer on, so no `follow` is needed.
+  const videoId = operation?.metadata?.video_id ?? operation?.result?.video_id ?? null;
+  return { uploadId: id, operation, videoId, partsSent: sent, partsAlreadyStored: alreadyStored };
+  }
 }
 
 /**
@@ -404,9 +443,9 @@ export async function upload(file, options) {
  * @param {string} operationId
  * @param {{apiUrl?: string, token: string, signal?: AbortSignal, onUpdate?: (op: any) => void}} options
  */
-export async function followOperation(operationId, { apiUrl = globalThis.location?.origin ?? '', token, signal, onUpdate = () => {} }) {
-  checkToken(token);
-  apiUrl = apiUrl.replace(/\/$/, '');
+export async function followOperation(operationId, { apiUrl, token, signal, onUpdate = () => {} }) {
+  token = checkToken(token);
+  apiUrl = baseUrl(apiUrl);
   let lastId = null;
   let last = null;
   for (let attempt = 1; ; attempt++) {
@@ -460,8 +499,8 @@ export async function followOperation(operationId, { apiUrl = globalThis.locatio
  * @param {string} uploadId
  * @param {{apiUrl?: string, token: string, store?: Storage | null}} options
  */
-export async function cancel(uploadId, { apiUrl = globalThis.location?.origin ?? '', token, store = defaultStore() }) {
-  checkToken(token);
-  await apiRetrying(apiUrl.replace(/\/$/, ''), token, 'DELETE', `/uploads/${uploadId}`);
+export async function cancel(uploadId, { apiUrl, token, store = defaultStore() }) {
+  token = checkToken(token);
+  await apiRetrying(baseUrl(apiUrl), token, 'DELETE', `/uploads/${uploadId}`);
   forget(uploadId, store);
 }

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
-import { upload, cancel, findResumable, pendingUploads, UploadError, backoff } from '../src/index.js';
+import { upload, cancel, findResumable, pendingUploads, UploadError, backoff, STORAGE_PREFIX } from '../src/index.js';
 
 const API_URL = process.env.CLIENTJS_API_URL;
 const API_KEY = process.env.CLIENTJS_API_KEY;
@@ -93,6 +93,8 @@ test('stopped after one part, then resumed from GET /uploads: only the missing p
   assert.deepEqual([...result.partsAlreadyStored].sort(), state.parts.map((p) => p.part_number).sort());
   assert.deepEqual([...result.partsSent].sort(), [...state.missing_parts].sort());
   assert.ok(['pending', 'running', 'succeeded'].includes(result.operation.status), result.operation.status);
+  assert.match(result.videoId ?? '', /^vid_/, 'videoId comes from the operation\'s metadata without follow');
+  assert.equal(result.videoId, result.operation.metadata.video_id);
 });
 
 test('cancel aborts the upload; uploading it again is refused with its code', async () => {
@@ -109,4 +111,61 @@ test('cancel aborts the upload; uploading it again is refused with its code', as
     upload(file(), { upload: other.id, token: created.client_token, apiUrl: API_URL, store }),
     (e) => e instanceof UploadError && e.code === 'not_found' && e.status === 404,
   );
+});
+
+test('an API key padded with spaces is refused too, and bad arguments fail at once', async () => {
+  for (const token of [` ${API_KEY}`, `${API_KEY}\n`, `\t${API_KEY} `]) {
+    await assert.rejects(upload(file(), { upload: 'upl_x', token, apiUrl: API_URL, store: null }), (e) => e instanceof UploadError && e.code === 'api_key_refused');
+  }
+  // A closed loopback port: reaching the network would be a retryable `network` after seconds.
+  const nowhere = 'http://127.0.0.1:9';
+  for (const parallel of [NaN, 0, -1, 1.5, '2']) {
+    const started = Date.now();
+    await assert.rejects(
+      upload(file(), { upload: 'upl_x', token: 'vidu_x', apiUrl: nowhere, parallel, store: null }),
+      (e) => e instanceof UploadError && e.code === 'invalid_argument' && !e.retryable,
+      String(parallel),
+    );
+    assert.ok(Date.now() - started < 1000, 'refused before any request');
+  }
+  await assert.rejects(upload(file(), { upload: 'upl_x', token: 'vidu_x', store: null }), (e) => e instanceof UploadError && e.code === 'invalid_argument' && !e.retryable);
+});
+
+test('an abort in the first onProgress sends no part', async () => {
+  const created = await createUpload();
+  const controller = new AbortController();
+  let calls = 0;
+  await assert.rejects(
+    upload(file(), {
+      upload: created, token: created.client_token, apiUrl: API_URL, parallel: 2, store: null, signal: controller.signal,
+      onProgress: () => { calls += 1; if (calls === 1) controller.abort(); },
+    }),
+    (e) => e instanceof UploadError && e.code === 'aborted',
+  );
+  const state = await (await fetch(`${API_URL}/uploads/${created.id}`, { headers: { Authorization: `Bearer ${created.client_token}` } })).json();
+  assert.equal(state.parts.length, 0, `no part reached storage: ${JSON.stringify(state.parts)}`);
+  assert.equal(state.missing_parts.length, created.parts.length);
+});
+
+test('resuming with another file than the saved one is not_resumable and keeps the record', async () => {
+  const created = await createUpload();
+  const store = new MemoryStore();
+  const controller = new AbortController();
+  await assert.rejects(upload(file(), {
+    upload: created, token: created.client_token, apiUrl: API_URL, parallel: 1, store, signal: controller.signal,
+    onProgress: (p) => { if (p.parts.some((x) => x.state === 'done')) controller.abort(); },
+  }), (e) => e instanceof UploadError && e.code === 'aborted');
+  const key = `${STORAGE_PREFIX}${created.id}`;
+  const record = store.getItem(key);
+  assert.ok(record, 'the stopped upload was saved');
+  const before = await (await fetch(`${API_URL}/uploads/${created.id}`, { headers: { Authorization: `Bearer ${created.client_token}` } })).json();
+  // Same size, name and date, other last byte.
+  const other = new File([bytes.subarray(0, bytes.length - 1), Buffer.from([bytes[bytes.length - 1] ^ 1])], basename(VIDEO), { type: 'video/mp4', lastModified: 1_700_000_000_000 });
+  await assert.rejects(
+    upload(other, { upload: created.id, token: created.client_token, apiUrl: API_URL, store }),
+    (e) => e instanceof UploadError && e.code === 'not_resumable' && !e.retryable,
+  );
+  assert.equal(store.getItem(key), record, 'the saved record is not overwritten');
+  const after = await (await fetch(`${API_URL}/uploads/${created.id}`, { headers: { Authorization: `Bearer ${created.client_token}` } })).json();
+  assert.deepEqual(after.missing_parts, before.missing_parts, 'nothing of the other file was sent');
 });

@@ -193,13 +193,14 @@ async fn scoped_caller(
     // handler would for an id the tenant does not have.
     let path_id = path_id.unwrap_or_default();
     let in_scope = match scope {
+        // Parsed ids compare, not strings: the handlers accept any case after the prefix.
         Scope::Upload => {
-            path_id.parse::<vid_core::UploadId>().map_err(|_| ApiError::NotFound("resource"))?;
-            path_id == row.id.as_str()
+            let id = path_id.parse::<vid_core::UploadId>().map_err(|_| ApiError::NotFound("resource"))?;
+            id == row.id
         }
         Scope::Operation => {
-            path_id.parse::<vid_core::OperationId>().map_err(|_| ApiError::NotFound("resource"))?;
-            row.operation_id.as_ref().is_some_and(|op| op.as_str() == path_id)
+            let id = path_id.parse::<vid_core::OperationId>().map_err(|_| ApiError::NotFound("resource"))?;
+            row.operation_id.as_ref() == Some(&id)
         }
     };
     if !in_scope {

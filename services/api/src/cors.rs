@@ -19,7 +19,14 @@
 //!   <origin>` (with `Vary: Origin` and the exposed `Location`, `Retry-After`,
 //!   `Idempotent-Replayed`) when the caller's extractor
 //!   ([`crate::auth::UploadCaller`], [`crate::auth::OperationCaller`]) found
-//!   the request's `Origin` equal to the upload's `cors_origin`.
+//!   the request's `Origin` equal to the upload's `cors_origin`. A refusal
+//!   (`401` for an expired or unknown token, `404` for another upload's id,
+//!   any non-2xx answer) the extractor did not vouch for looks the path's
+//!   upload or operation up by id, whatever the token, and carries the same
+//!   headers only when `Origin` equals its `cors_origin`, so a page reads the
+//!   typed problem instead of a CORS network error.
+//! - Every answer of those routes carries `Vary: Origin`, whether an origin
+//!   was allowed or not (Fetch Standard §3.2.5, CORS protocol and HTTP caches).
 //!
 //! No credentials mode: the token travels in `Authorization`, never in cookies,
 //! so `Access-Control-Allow-Credentials` is never sent.
@@ -116,6 +123,12 @@ pub fn parse_cors_origin(raw: &str) -> ApiResult<String> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err(refuse("no host"));
     }
+    if url.host_str().is_some_and(|h| h.contains('*')) {
+        return Err(refuse("wildcards are not allowed: name one origin"));
+    }
+    if url.port() == Some(0) {
+        return Err(refuse("port 0 is not a port a page is served from"));
+    }
     if !url.username().is_empty() || url.password().is_some() {
         return Err(refuse("user info is not part of an origin"));
     }
@@ -147,16 +160,27 @@ pub async fn cors(
             return Ok(ServiceResponse::new(http, answer).map_into_right_body());
         }
     }
+    let route = token_route(req.path());
     let mut res = next.call(req).await?;
-    let allowed = res.request().extensions().get::<AllowedOrigin>().cloned();
-    if let Some(AllowedOrigin(origin)) = allowed {
-        if let Ok(value) = HeaderValue::from_str(&origin) {
-            let headers = res.headers_mut();
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
-            headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
-            headers.append(header::VARY, HeaderValue::from_static("Origin"));
+    let Some(route) = route else { return Ok(res.map_into_left_body()) };
+    let mut allowed = res.request().extensions().get::<AllowedOrigin>().map(|a| a.0.clone());
+    if allowed.is_none() && !res.status().is_success() {
+        // A refusal: the extractor vouched for nothing (expired token, other
+        // id, …). Allow the origin the path's upload names, if it is this one.
+        let origin = res.request().headers().get(header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let state = res.request().app_data::<web::Data<AppState>>().cloned();
+        if let (Some(origin), Some(state)) = (origin, state) {
+            if stored_origin(&state, &route).await.as_deref() == Some(origin.as_str()) {
+                allowed = Some(origin);
+            }
         }
     }
+    let headers = res.headers_mut();
+    if let Some(value) = allowed.and_then(|o| HeaderValue::from_str(&o).ok()) {
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static(EXPOSED_HEADERS));
+    }
+    headers.append(header::VARY, HeaderValue::from_static("Origin"));
     Ok(res.map_into_left_body())
 }
 
@@ -165,9 +189,10 @@ fn preflight_refused() -> HttpResponse {
     HttpResponse::NoContent().insert_header((header::VARY, "Origin")).finish()
 }
 
-/// Answers a preflight of `route` from `origin`. A database error is a
-/// refusal (the browser's request is blocked; it may retry).
-async fn preflight(state: &AppState, route: &TokenRoute, origin: &str) -> HttpResponse {
+/// The `cors_origin` of the upload `route` names (of its upload, for an
+/// operation); `None` for an unparsable or unknown id, an upload without one,
+/// or a database error (logged: the browser's request is then blocked).
+async fn stored_origin(state: &AppState, route: &TokenRoute) -> Option<String> {
     let stored = async {
         let mut conn = state.db.get().await?;
         Ok::<_, ApiError>(match route {
@@ -181,13 +206,19 @@ async fn preflight(state: &AppState, route: &TokenRoute, origin: &str) -> HttpRe
             },
         })
     };
-    let stored = match stored.await {
+    match stored.await {
         Ok(stored) => stored,
         Err(e) => {
-            tracing::warn!(error = %e, "could not look up the CORS origin of a preflight");
+            tracing::warn!(error = %e, "could not look up the CORS origin of a token route");
             None
         }
-    };
+    }
+}
+
+/// Answers a preflight of `route` from `origin`. A database error is a
+/// refusal (the browser's request is blocked; it may retry).
+async fn preflight(state: &AppState, route: &TokenRoute, origin: &str) -> HttpResponse {
+    let stored = stored_origin(state, route).await;
     let methods = match route {
         TokenRoute::Upload { methods, .. } | TokenRoute::Operation { methods, .. } => *methods,
     };
@@ -231,6 +262,10 @@ mod tests {
             "null",
             "*",
             " https://app.example.com",
+            "https://*.example.com",
+            "https://*",
+            "http://localhost:0",
+            "https://app.example.com:0",
         ] {
             let e = parse_cors_origin(bad).unwrap_err();
             assert_eq!(e.code(), codes::INVALID_CORS_ORIGIN, "{bad}");

@@ -85,7 +85,11 @@ impl Application {
             sealing_key: Arc::new(sealing_key),
             url_policy: Arc::new(url_policy),
             resolver,
-            watchers: watch::Registry::new(db.clone(), settings.operations.max_watchers_per_tenant),
+            watchers: watch::Registry::new(
+                db.clone(),
+                settings.operations.max_watchers_per_tenant,
+                settings.operations.max_watchers_per_client_token,
+            ),
             draining: draining_view,
             db,
             settings: Arc::new(settings),

@@ -119,6 +119,11 @@ pub struct OperationSettings {
     /// process; past it the answer is `429 too_many_watchers`.
     #[serde(default = "default_max_watchers_per_tenant")]
     pub max_watchers_per_tenant: usize,
+    /// Open `:wait` calls plus event streams one client token (`vidu_…`,
+    /// issue 21) may hold on one api process, counted before (and also
+    /// toward) the tenant's bound; past it: `429 too_many_watchers`.
+    #[serde(default = "default_max_watchers_per_client_token")]
+    pub max_watchers_per_client_token: usize,
     /// A `pending` operation (no `Started` accepted) whose job was last
     /// published this many seconds ago has it published again (attempt + 1).
     #[serde(default = "default_redrive_after_seconds")]
@@ -152,6 +157,10 @@ fn default_janitor_interval_seconds() -> u64 {
 
 fn default_max_watchers_per_tenant() -> usize {
     100
+}
+
+fn default_max_watchers_per_client_token() -> usize {
+    4
 }
 
 /// `[webhooks]`

@@ -20,7 +20,9 @@
 //!   ignored, and nothing polls the database.
 //! - After the listener (re)connects it re-reads every watched operation, so a
 //!   notification lost while it was down cannot leave a waiter hanging.
-//! - Waiters are counted per tenant; a [`Watch`] frees its slot when dropped
+//! - Waiters are counted per tenant, and those of a client token (issue 21)
+//!   also per token, checked first, so one browser cannot take the tenant's
+//!   whole bound; a [`Watch`] frees its slots when dropped
 //!   (with the `:wait` future or with the event stream of a client that left).
 
 use std::collections::HashMap;
@@ -30,7 +32,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::watch;
 use vid_core::operation::Operation;
-use vid_core::{OperationId, TenantId};
+use vid_core::{OperationId, TenantId, UploadId};
 
 /// The PostgreSQL notification channel; the payload is the operation id.
 pub const CHANNEL: &str = "operation_changed";
@@ -51,11 +53,14 @@ pub async fn load(db: &vid_db::Pool, id: &OperationId, tenant: Option<&TenantId>
     Ok(row.map(|(row, revision)| Snapshot { revision, operation: Arc::new(row.into_operation()) }))
 }
 
-/// The tenant already holds `max` watchers on this process.
+/// The tenant (or the client token) already holds `max` watchers on this process.
 #[derive(Debug, Clone, Copy)]
 pub struct TooManyWatchers {
     /// The bound.
     pub max: usize,
+    /// Whether the bound reached is the client token's (`operations.max_watchers_per_client_token`)
+    /// rather than the tenant's.
+    pub per_token: bool,
 }
 
 struct Entry {
@@ -69,38 +74,46 @@ struct Entry {
 struct Inner {
     ops: HashMap<OperationId, Entry>,
     tenants: HashMap<TenantId, usize>,
+    tokens: HashMap<UploadId, usize>,
 }
 
 /// In-process fan-out of operation changes, and the per-tenant bound.
 pub struct Registry {
     db: vid_db::Pool,
     max_per_tenant: usize,
+    max_per_token: usize,
     inner: Mutex<Inner>,
 }
 
 impl Registry {
-    /// An empty registry; `max_per_tenant` bounds each tenant's open watchers.
-    pub fn new(db: vid_db::Pool, max_per_tenant: usize) -> Arc<Self> {
-        Arc::new(Self { db, max_per_tenant, inner: Mutex::new(Inner::default()) })
+    /// An empty registry; `max_per_tenant` bounds each tenant's open
+    /// watchers, `max_per_token` those of each client token (named by its upload).
+    pub fn new(db: vid_db::Pool, max_per_tenant: usize, max_per_token: usize) -> Arc<Self> {
+        Arc::new(Self { db, max_per_tenant, max_per_token, inner: Mutex::new(Inner::default()) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes one of the tenant's slots and subscribes to the operation's
+    /// Takes one of the client token's slots (with `token`: the upload whose
+    /// token calls), then one of the tenant's, and subscribes to the operation's
     /// changes. The caller then loads the operation (after subscribing, so no
     /// change can fall between the read and the subscription) and [`publish`](Self::publish)es it.
-    pub fn subscribe(self: &Arc<Self>, tenant: &TenantId, id: &OperationId) -> Result<Watch, TooManyWatchers> {
+    pub fn subscribe(self: &Arc<Self>, tenant: &TenantId, token: Option<&UploadId>, id: &OperationId) -> Result<Watch, TooManyWatchers> {
         let mut inner = self.lock();
-        let count = inner.tenants.entry(tenant.clone()).or_default();
-        if *count >= self.max_per_tenant {
-            if *count == 0 {
-                inner.tenants.remove(tenant);
+        if let Some(token) = token {
+            if inner.tokens.get(token).copied().unwrap_or(0) >= self.max_per_token {
+                return Err(TooManyWatchers { max: self.max_per_token, per_token: true });
             }
-            return Err(TooManyWatchers { max: self.max_per_tenant });
         }
-        *count += 1;
+        if inner.tenants.get(tenant).copied().unwrap_or(0) >= self.max_per_tenant {
+            return Err(TooManyWatchers { max: self.max_per_tenant, per_token: false });
+        }
+        *inner.tenants.entry(tenant.clone()).or_default() += 1;
+        if let Some(token) = token {
+            *inner.tokens.entry(token.clone()).or_default() += 1;
+        }
         let entry = inner.ops.entry(id.clone()).or_insert_with(|| Entry {
             tx: watch::channel(None).0,
             watchers: 0,
@@ -109,11 +122,19 @@ impl Registry {
         });
         entry.watchers += 1;
         let rx = entry.tx.subscribe();
-        Ok(Watch { registry: self.clone(), tenant: tenant.clone(), id: id.clone(), rx })
+        Ok(Watch { registry: self.clone(), tenant: tenant.clone(), token: token.cloned(), id: id.clone(), rx })
     }
 
-    fn release(&self, tenant: &TenantId, id: &OperationId) {
+    fn release(&self, tenant: &TenantId, token: Option<&UploadId>, id: &OperationId) {
         let mut inner = self.lock();
+        if let Some(token) = token {
+            if let Some(count) = inner.tokens.get_mut(token) {
+                *count -= 1;
+                if *count == 0 {
+                    inner.tokens.remove(token);
+                }
+            }
+        }
         if let Some(count) = inner.tenants.get_mut(tenant) {
             *count -= 1;
             if *count == 0 {
@@ -209,6 +230,7 @@ impl Registry {
 pub struct Watch {
     registry: Arc<Registry>,
     tenant: TenantId,
+    token: Option<UploadId>,
     id: OperationId,
     rx: watch::Receiver<Option<Snapshot>>,
 }
@@ -235,7 +257,7 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        self.registry.release(&self.tenant, &self.id);
+        self.registry.release(&self.tenant, self.token.as_ref(), &self.id);
     }
 }
 

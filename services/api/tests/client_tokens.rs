@@ -268,6 +268,8 @@ async fn a_malformed_cors_origin_is_422_and_nothing_is_created() {
         "*",
         "null",
         "https://x.example?a=1",
+        "https://*.example.com",
+        "http://x.example:0",
     ] {
         let (status, _, body) = call(
             &api,
@@ -324,4 +326,102 @@ async fn only_the_tokens_hash_is_stored_and_an_idempotent_replay_gets_a_new_toke
         vid_db::schema::upload_client_tokens::table.select(vid_db::schema::upload_client_tokens::token_hash).load(&mut conn).await.unwrap();
     assert_eq!(hashes.len(), 2);
     assert!(hashes.contains(&vid_api::auth::hash_key(t1)) && hashes.contains(&vid_api::auth::hash_key(t2)));
+}
+
+#[tokio::test]
+async fn one_client_token_holds_at_most_its_own_watcher_slots() {
+    let api = TestApi::start(&[("operations.max_watchers_per_client_token", "2")]).await;
+    let a = create(&api, None).await;
+    let token = a["client_token"].as_str().unwrap();
+    let op = put_and_complete(&api, &a, token).await;
+    let events = |bearer: String| {
+        let req = api.client().http().get(format!("{}/operations/{op}/events", api.url)).bearer_auth(bearer);
+        async move { req.send().await.unwrap() }
+    };
+    // The operation stays pending (no transcoder here): each stream holds its slot.
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let resp = events(token.to_owned()).await;
+        assert_eq!(resp.status().as_u16(), 200);
+        open.push(resp);
+    }
+    let refused = events(token.to_owned()).await;
+    assert_eq!(refused.status().as_u16(), 429);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["code"], "too_many_watchers", "{body}");
+    let (status, _, body) =
+        call(&api, Method::POST, &format!("/operations/{op}:wait"), Some(token), None, Some(json!({"timeout_seconds": 1}))).await;
+    assert_eq!((status, body["code"].clone()), (429, json!("too_many_watchers")), ":wait counts too: {body}");
+    // The tenant's own key is not starved by its client token.
+    let by_key = events(api.key.clone()).await;
+    assert_eq!(by_key.status().as_u16(), 200, "the API key still watches");
+    // A closed stream frees the token's slot (polled: the server notices the close).
+    drop(open.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let again = events(token.to_owned()).await;
+        if again.status().as_u16() == 200 {
+            break;
+        }
+        assert_eq!(again.status().as_u16(), 429);
+        assert!(std::time::Instant::now() < deadline, "the dropped stream's slot was not freed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn refusals_on_token_routes_carry_the_paths_cors_origin_and_every_answer_varies_on_origin() {
+    let api = TestApi::start(&[]).await;
+    let a = create(&api, Some(ORIGIN)).await;
+    let b = create(&api, Some(ORIGIN)).await;
+    let plain = create(&api, None).await;
+    let (a_id, a_token) = (a["id"].as_str().unwrap(), a["client_token"].as_str().unwrap());
+    let b_id = b["id"].as_str().unwrap();
+    let varies = |h: &HeaderMap| h.get_all("vary").iter().any(|v| v.to_str().unwrap().contains("Origin"));
+    // Another upload's id (which allows this origin): a typed 404 the page can read.
+    let (status, headers, body) = call(&api, Method::GET, &format!("/uploads/{b_id}"), Some(a_token), Some(ORIGIN), None).await;
+    assert_eq!((status, body["code"].clone()), (404, json!("not_found")), "{body}");
+    assert_eq!(headers.get("access-control-allow-origin").map(|v| v.to_str().unwrap()), Some(ORIGIN));
+    assert!(varies(&headers));
+    // An upload without cors_origin, a foreign origin, an unknown id: no ACAO, but Vary.
+    for (path, origin) in [
+        (format!("/uploads/{}", plain["id"].as_str().unwrap()), ORIGIN),
+        (format!("/uploads/{b_id}"), "http://evil.example.test"),
+        (format!("/uploads/{}", vid_core::UploadId::generate()), ORIGIN),
+    ] {
+        let (status, headers, _) = call(&api, Method::GET, &path, Some(a_token), Some(origin), None).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(headers.get("access-control-allow-origin").is_none(), "{path} from {origin}");
+        assert!(varies(&headers), "{path}");
+    }
+    // Without Origin (a server): Vary all the same.
+    let (status, headers, _) = call(&api, Method::GET, &format!("/uploads/{a_id}"), Some(&api.key), None, None).await;
+    assert_eq!(status, 200);
+    assert!(varies(&headers));
+    // An expired token: a typed 401 with the path's origin.
+    sql(&api, "UPDATE uploads SET expires_at = now() - interval '1 second' WHERE id = $1", a_id).await;
+    let (status, headers, body) = call(&api, Method::GET, &format!("/uploads/{a_id}"), Some(a_token), Some(ORIGIN), None).await;
+    assert_eq!((status, body["code"].clone()), (401, json!("unauthorized")), "{body}");
+    assert_eq!(headers.get("access-control-allow-origin").map(|v| v.to_str().unwrap()), Some(ORIGIN));
+    let (_, headers, _) = call(&api, Method::GET, &format!("/uploads/{a_id}"), Some(a_token), Some("http://evil.example.test"), None).await;
+    assert!(headers.get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn a_client_token_accepts_its_ids_in_any_case() {
+    let api = TestApi::start(&[]).await;
+    let a = create(&api, None).await;
+    let (a_id, token) = (a["id"].as_str().unwrap(), a["client_token"].as_str().unwrap());
+    let upper = |id: &str| {
+        let (prefix, body) = id.split_once('_').unwrap();
+        format!("{prefix}_{}", body.to_ascii_uppercase())
+    };
+    for bearer in [api.key.as_str(), token] {
+        let (status, _, got) = call(&api, Method::GET, &format!("/uploads/{}", upper(a_id)), Some(bearer), None, None).await;
+        assert_eq!((status, got["id"].clone()), (200, json!(a_id)), "{got}");
+    }
+    let op = put_and_complete(&api, &a, token).await;
+    let (status, _, got) = call(&api, Method::GET, &format!("/operations/{}", upper(&op)), Some(token), None, None).await;
+    assert_eq!((status, got["id"].clone()), (200, json!(op)), "{got}");
 }

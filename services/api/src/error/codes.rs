@@ -77,7 +77,7 @@ registry! { ANSWERS:
     DNS_FAILED = "dns_failed", 422, "Request refused", "The webhook URL's host name did not resolve.";
     NO_ADDRESSES = "no_addresses", 422, "Request refused", "The webhook URL's host name resolved to no address.";
     TOO_MANY_UPLOADS = "too_many_uploads", 429, "Too many uploads", "The tenant's cap on uploads in flight is reached (`limit`, `in_flight`); `Retry-After: 30`.";
-    TOO_MANY_WATCHERS = "too_many_watchers", 429, "Too many watchers", "The tenant's open waits and event streams are at their bound; `Retry-After: 5`.";
+    TOO_MANY_WATCHERS = "too_many_watchers", 429, "Too many watchers", "The tenant's (or the client token's) open waits and event streams are at their bound; `Retry-After: 5`.";
     INTERNAL = "internal", 500, "Internal error", "An unexpected error (a bug, or a corrupt stored value); logged, never detailed.";
     UNAVAILABLE = "unavailable", 503, "Service unavailable", "A dependency (database, storage, broker) is down; retry later.";
 }

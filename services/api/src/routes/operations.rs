@@ -148,9 +148,10 @@ fn operation_terminal(op: &Operation) -> ApiError {
 
 /// The `429 too_many_watchers` answer, with `Retry-After`.
 fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> ApiError {
+    let whose = if busy.per_token { "this client token" } else { "this API key's tenant" };
     ApiError::new(
         codes::TOO_MANY_WATCHERS,
-        format!("this API key's tenant already has {} open waits and event streams; close one or retry later", busy.max),
+        format!("{whose} already has {} open waits and event streams; close one or retry later", busy.max),
     )
     .with_retry_after(WATCH_RETRY_AFTER_SECONDS)
 }
@@ -158,10 +159,20 @@ fn too_many_watchers(busy: crate::watch::TooManyWatchers) -> ApiError {
 /// `Retry-After` of `429 too_many_watchers`, in seconds.
 const WATCH_RETRY_AFTER_SECONDS: u64 = 5;
 
-/// Subscribes (taking a tenant slot), then reads the operation, so no change
-/// can fall between the two. Errors: `429 too_many_watchers`, `404`.
-async fn watch_operation(state: &AppState, tenant: &Tenant, id: &OperationId) -> ApiResult<(crate::watch::Watch, crate::watch::Snapshot)> {
-    let watch = state.watchers.subscribe(&tenant.id, id).map_err(too_many_watchers)?;
+/// Subscribes (taking a client token slot if a token calls, and a tenant
+/// slot), then reads the operation, so no change can fall between the two.
+/// Errors: `429 too_many_watchers`, `404`.
+async fn watch_operation(
+    state: &AppState,
+    tenant: &Tenant,
+    principal: &crate::auth::Principal,
+    id: &OperationId,
+) -> ApiResult<(crate::watch::Watch, crate::watch::Snapshot)> {
+    let token = match principal {
+        crate::auth::Principal::ClientToken(upload) => Some(upload),
+        crate::auth::Principal::ApiKey => None,
+    };
+    let watch = state.watchers.subscribe(&tenant.id, token, id).map_err(too_many_watchers)?;
     let current = crate::watch::load(&state.db, id, Some(&tenant.id)).await?.ok_or(ApiError::NotFound("operation"))?;
     state.watchers.publish(id, current.clone());
     Ok((watch, current))
@@ -203,7 +214,7 @@ async fn wait_operation(
     payload: web::Payload,
 ) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
-    let tenant = caller.tenant;
+    let OperationCaller { tenant, principal } = caller;
     let id: OperationId = parse_id(&path)?;
     let body = crate::routes::common::read_body(payload, crate::routes::common::MAX_JSON_BODY_BYTES).await?;
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
@@ -212,7 +223,7 @@ async fn wait_operation(
         serde_json::from_slice(&body).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?
     };
     let timeout = std::time::Duration::from_secs(request.timeout_seconds.unwrap_or(30).min(60));
-    let (mut watch, current) = watch_operation(&state, &tenant, &id).await?;
+    let (mut watch, current) = watch_operation(&state, &tenant, &principal, &id).await?;
     let answer = |snapshot: crate::watch::Snapshot, reason| {
         HttpResponse::Ok().json(WaitResponse { operation: (*snapshot.operation).clone(), reason, revision: snapshot.revision })
     };
@@ -284,10 +295,10 @@ async fn operation_events(
     path: web::Path<String>,
     req: actix_web::HttpRequest,
 ) -> ApiResult<HttpResponse> {
-    let tenant = caller.tenant;
+    let OperationCaller { tenant, principal } = caller;
     let id: OperationId = parse_id(&path)?;
     let last_seen: Option<i64> = req.headers().get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-    let (watch, current) = watch_operation(&state, &tenant, &id).await?;
+    let (watch, current) = watch_operation(&state, &tenant, &principal, &id).await?;
     let up_to_date = last_seen == Some(current.revision);
     if up_to_date && current.operation.status.is_terminal() {
         return Ok(HttpResponse::NoContent().finish());
