@@ -1,4 +1,4 @@
-//! The two in-memory caches of one replica, both bounded.
+//! The in-memory caches of one replica, all bounded.
 //!
 //! - [`LookupCache`]: playback-ID lookups (found or not) for at most
 //!   `[playback] lookup_cache_ms` (default 1 s). That is the bound on how long
@@ -14,7 +14,9 @@
 //!   every request looks the ID up first. At most `manifest_cache_bytes`
 //!   bytes; past it, the least recently used are evicted.
 //!
-//! Both are `lru` maps behind a mutex held for a lookup or an insert only
+//! - [`KeyCache`]: parsed signing keys (never whether a key exists).
+//!
+//! All are `lru` maps behind a mutex held for a lookup or an insert only
 //! (never across an await).
 
 use std::num::NonZeroUsize;
@@ -22,8 +24,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use jsonwebtoken::DecodingKey;
 use lru::LruCache;
+use vid_core::SigningKeyId;
 
+use crate::error::PlaybackError;
 use crate::store::Entry;
 
 type Lookups = LruCache<String, (Instant, Option<Arc<Entry>>)>;
@@ -127,6 +132,43 @@ impl ManifestCache {
     /// Bytes held (keys included).
     pub fn bytes(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+}
+
+/// Parsed public keys of signed playback (issue 20) by key id, each with
+/// the PEM it was parsed from: a key is reparsed when its stored text
+/// differs, and a key id the database no longer answers is never looked up
+/// here (existence is asked of PostgreSQL on every request, so a deleted key
+/// fails the next request). At most [`KeyCache::MAX_KEYS`] keys, least
+/// recently used out first.
+pub struct KeyCache {
+    keys: Mutex<LruCache<String, (String, Arc<DecodingKey>)>>,
+}
+
+impl Default for KeyCache {
+    fn default() -> Self {
+        Self { keys: Mutex::new(LruCache::new(NonZeroUsize::new(Self::MAX_KEYS).unwrap_or(NonZeroUsize::MIN))) }
+    }
+}
+
+impl KeyCache {
+    /// Keys kept at most.
+    pub const MAX_KEYS: usize = 10_000;
+
+    /// The decoding key of `kid` whose stored PEM is `pem` (RS256 public key).
+    /// Errors: `Internal` when the stored PEM is not an RSA public key.
+    pub fn decoding_key(&self, kid: &SigningKeyId, pem: &str) -> Result<Arc<DecodingKey>, PlaybackError> {
+        if let Some((stored, key)) = self.keys.lock().unwrap_or_else(|p| p.into_inner()).get(kid.as_str()) {
+            if stored == pem {
+                return Ok(key.clone());
+            }
+        }
+        let key = Arc::new(
+            DecodingKey::from_rsa_pem(pem.as_bytes())
+                .map_err(|e| PlaybackError::Internal(format!("signing key {kid} does not parse: {e}")))?,
+        );
+        self.keys.lock().unwrap_or_else(|p| p.into_inner()).put(kid.as_str().to_owned(), (pem.to_owned(), key.clone()));
+        Ok(key)
     }
 }
 

@@ -87,7 +87,7 @@ static RESIZES: Semaphore = Semaphore::const_new(MAX_CONCURRENT_RESIZES);
 
 /// `GET|HEAD /play/{pb}/{file}` for the five image files (see the module docs).
 /// Errors: `NotFound` (outside the grammar, an unknown or unready ID, a
-/// stream without images), the token refusals of [`crate::routes::resolve`],
+/// stream without images), the token refusals of [`crate::lookup::resolve`],
 /// `InvalidParameter`, `Unavailable`, `Internal`.
 pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path<(String, String)>) -> Result<HttpResponse, PlaybackError> {
     let (pb, file) = path.into_inner();
@@ -100,7 +100,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
     };
     crate::token::check_query(&req, allowed)?;
     let query = if file == ImageFile::Thumbnail { Some(ThumbnailQuery::parse(req.uri().query())?) } else { None };
-    let entry = crate::routes::resolve(&state, &req, &id, audience).await?;
+    let entry = crate::lookup::resolve(&state, &req, &id, audience).await?;
     let stream = entry.stream.as_ref().ok_or(PlaybackError::NotFound)?;
     let images = stream.images.as_ref().ok_or(PlaybackError::NotFound)?;
     let cache_control = crate::token::cache_control(&req, &state.media_cache_control).into_owned();
@@ -109,7 +109,8 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
         let head = req.method() == actix_web::http::Method::HEAD;
         let (state, cache_control) = (state.clone(), cache_control.clone());
         async move {
-            let request = MediaRequest { key: &key, range: None, head, conditions: &conditions, content_type, cache_control: &cache_control };
+            let request =
+                MediaRequest { key: &key, range: None, head, conditions: &conditions, content_type, cache_control: &cache_control };
             storage::media(&state.s3, &state.settings.s3.bucket, request).await
         }
     };
@@ -337,7 +338,22 @@ mod tests {
         let p = |s: &str| ThumbnailQuery::parse(Some(s));
         assert_eq!(p("time=1.5&width=320").unwrap(), ThumbnailQuery { time: Some(1.5), width: Some(320) });
         assert_eq!(p("token=abc&time=0").unwrap(), ThumbnailQuery { time: Some(0.0), width: None });
-        for bad in ["time=-1", "time=abc", "time=", "time=1e3", "time=inf", "time=NaN", "time=+1", "time=1.", "width=0", "width=-5", "width=01", "width=1.5", "width=", "width=9999999"] {
+        for bad in [
+            "time=-1",
+            "time=abc",
+            "time=",
+            "time=1e3",
+            "time=inf",
+            "time=NaN",
+            "time=+1",
+            "time=1.",
+            "width=0",
+            "width=-5",
+            "width=01",
+            "width=1.5",
+            "width=",
+            "width=9999999",
+        ] {
             assert!(matches!(p(bad), Err(PlaybackError::InvalidParameter(_))), "{bad}");
         }
     }

@@ -51,7 +51,13 @@ pub fn segment_count(playlist: &str) -> usize {
 /// playlist is at `master_key` and whose track playlists are at
 /// `<track>/index.m3u8` beside it (`track_playlist_key`); `NotFound` when
 /// not. A media playlist itself is not checked here (its read is the check).
-pub async fn check(state: &AppState, master_key: &str, track_playlist_key: &str, track: &str, file: TrackFile) -> Result<(), PlaybackError> {
+pub async fn check(
+    state: &AppState,
+    master_key: &str,
+    track_playlist_key: &str,
+    track: &str,
+    file: TrackFile,
+) -> Result<(), PlaybackError> {
     if matches!(file, TrackFile::MediaPlaylist) {
         return Ok(());
     }

@@ -8,6 +8,7 @@
 //!
 //! - [`paths`]: the strict path grammar (anything else is a 404);
 //! - [`store`]: the one SQL query;
+//! - [`lookup`]: a playback ID's entry (cache, store) once its policy allows the request;
 //! - [`cache`]: the bounded lookup and manifest caches;
 //! - [`rewrite`]: the one URI mapping applied to every manifest;
 //! - [`known`]: the tracks and segments a stream has, from its cached manifests;
@@ -23,6 +24,7 @@ pub mod conditional;
 pub mod error;
 pub mod images;
 pub mod known;
+pub mod lookup;
 pub mod metrics;
 pub mod paths;
 pub mod rewrite;
@@ -65,7 +67,7 @@ impl Application {
             s3: vid_infra::storage::client(&settings.s3),
             lookups: Arc::new(cache::LookupCache::new(Duration::from_millis(p.lookup_cache_ms), p.lookup_cache_entries)),
             manifests: Arc::new(cache::ManifestCache::new(p.manifest_cache_bytes)),
-            signing_keys: Arc::new(token::KeyCache::default()),
+            signing_keys: Arc::new(cache::KeyCache::default()),
             manifest_cache_control: format!("public, max-age={}", p.manifest_max_age_seconds).into(),
             media_cache_control: format!("public, max-age={}, immutable", p.media_max_age_seconds).into(),
             settings: Arc::new(settings),

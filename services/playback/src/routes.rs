@@ -10,26 +10,22 @@
 //! ```
 //!
 //! Every request for a playback resource: strict path grammar ([`crate::paths`])
-//! → the playback ID looked up ([`resolve`]: row + video `ready` + a stream;
+//! → the playback ID looked up ([`crate::lookup::resolve`]: row + video `ready` + a stream;
 //! cached for `lookup_cache_ms`) → a `signed` ID's `?token=` verified
 //! ([`crate::token`]; `403` otherwise) → the object, manifests with the same
 //! token appended to every URI.
 
-use std::sync::Arc;
-use std::time::Instant;
-
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use vid_core::messages::StreamOutputs;
-use vid_core::playback::{Audience, PlaybackPolicy};
-use vid_core::PlaybackId;
+use vid_core::playback::Audience;
 
 use crate::error::PlaybackError;
 use crate::paths::{self, RootFile, TrackFile};
 use crate::rewrite::{self, UriMapper};
 use crate::state::AppState;
 use crate::storage::{self, MediaRequest, RangeAsk};
-use crate::store::{self, Entry};
+use crate::store::Entry;
 
 /// HLS playlists' media type (RFC 8216 §4).
 pub const HLS_TYPE: &str = "application/vnd.apple.mpegurl";
@@ -99,7 +95,7 @@ fn no_query(req: &HttpRequest) -> Result<(), PlaybackError> {
 async fn root(req: &HttpRequest, state: &AppState, file: &str) -> Result<HttpResponse, PlaybackError> {
     no_query(req)?;
     let (id, kind) = paths::root(file).ok_or(PlaybackError::NotFound)?;
-    let entry = resolve(state, req, &id, Audience::Video).await?;
+    let entry = crate::lookup::resolve(state, req, &id, Audience::Video).await?;
     let stream = playable(&entry)?;
     let prefix = format!("{id}/");
     // A signed ID's token goes on every URI: one token URL plays it all.
@@ -121,7 +117,7 @@ async fn track_file(
     let id = paths::playback_id(&pb).ok_or(PlaybackError::NotFound)?;
     let track = paths::track(&track).ok_or(PlaybackError::NotFound)?;
     let file = paths::track_file(&file).ok_or(PlaybackError::NotFound)?;
-    let entry = resolve(&state, &req, &id, Audience::Video).await?;
+    let entry = crate::lookup::resolve(&state, &req, &id, Audience::Video).await?;
     let stream = playable(&entry)?;
     let key = object_key(stream, track, file);
     crate::known::check(&state, &stream.hls_master_key, &object_key(stream, track, TrackFile::MediaPlaylist), track, file).await?;
@@ -160,30 +156,6 @@ async fn track_file(
 /// `<prefix><track>/<file>`).
 pub fn object_key(stream: &StreamOutputs, track: &str, file: TrackFile) -> String {
     format!("{}{track}/{}", stream.prefix, file.file_name())
-}
-
-/// The playback ID's entry, from the lookup cache or PostgreSQL, once `req`
-/// may open resources of `audience` through it ([`crate::token::authorize`]:
-/// a signed ID's token verified, its grant kept in `req`'s extensions).
-/// Errors: `NotFound` (no such ID; a `token` on a public ID),
-/// `TokenRequired` and `TokenRefused` (a `signed` ID: checked before the
-/// video's state, so a signed ID reveals nothing without a valid token),
-/// `Unavailable`, `Internal`.
-pub async fn resolve(state: &AppState, req: &HttpRequest, id: &PlaybackId, audience: Audience) -> Result<Arc<Entry>, PlaybackError> {
-    let cached = state.lookups.get(id.as_str());
-    crate::metrics::cache_lookup("id", cached.is_some());
-    let entry = match cached {
-        Some(entry) => entry,
-        None => {
-            let at = Instant::now();
-            let entry = store::lookup(&state.db, id).await?.map(Arc::new);
-            state.lookups.put(id.as_str(), entry.clone(), at);
-            entry
-        }
-    };
-    let entry = entry.ok_or(PlaybackError::NotFound)?;
-    crate::token::authorize(state, req, id, entry.policy == PlaybackPolicy::Signed, audience).await?;
-    Ok(entry)
 }
 
 /// `mapper`, also appending `query` (a verified token's `token=…`) when there is one.
@@ -259,7 +231,9 @@ async fn healthz() -> HttpResponse {
 /// [`vid_infra::readiness::CHECK_TIMEOUT`] (the api's check, shared); `503`
 /// with the same body otherwise.
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let ready = vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket)).await;
+    let ready =
+        vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket))
+            .await;
     let mut res = if ready.is_ready() { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
     res.insert_header((header::CACHE_CONTROL, "no-store")).json(ready)
 }

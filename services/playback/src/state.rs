@@ -17,7 +17,7 @@ pub struct AppState {
     /// Manifest objects.
     pub manifests: Arc<ManifestCache>,
     /// Parsed public keys of signing keys (never whether a key exists).
-    pub signing_keys: Arc<crate::token::KeyCache>,
+    pub signing_keys: Arc<crate::cache::KeyCache>,
     /// `Cache-Control` of manifests: `public, max-age=<manifest_max_age_seconds>`.
     pub manifest_cache_control: Arc<str>,
     /// `Cache-Control` of media: `public, max-age=<media_max_age_seconds>, immutable`.

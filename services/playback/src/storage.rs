@@ -179,7 +179,12 @@ fn head_response(req: &MediaRequest<'_>, out: &aws_sdk_s3::operation::head_objec
 
 /// The answer to a failed media read: `404`, `416` (with the size, one
 /// `HeadObject`), `503`. (Preconditions are evaluated here, never by the store.)
-async fn media_failure(s3: &aws_sdk_s3::Client, bucket: &str, req: &MediaRequest<'_>, failure: Failure) -> Result<HttpResponse, PlaybackError> {
+async fn media_failure(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    req: &MediaRequest<'_>,
+    failure: Failure,
+) -> Result<HttpResponse, PlaybackError> {
     match failure {
         Failure::NotFound => Err(PlaybackError::NotFound),
         Failure::NotModified => Err(PlaybackError::Unavailable("the store answered 304 to an unconditional read".into())),
@@ -245,7 +250,13 @@ mod tests {
     #[test]
     fn only_one_valid_byte_range_is_passed_on() {
         let pass = |s: &str| RangeAsk::Pass(s.to_owned());
-        for (asked, passed) in [("bytes=0-99", "bytes=0-99"), ("bytes=100-", "bytes=100-"), ("bytes=-500", "bytes=-500"), ("bytes=5-5", "bytes=5-5"), (" bytes=0-0", "bytes=0-0")] {
+        for (asked, passed) in [
+            ("bytes=0-99", "bytes=0-99"),
+            ("bytes=100-", "bytes=100-"),
+            ("bytes=-500", "bytes=-500"),
+            ("bytes=5-5", "bytes=5-5"),
+            (" bytes=0-0", "bytes=0-0"),
+        ] {
             assert_eq!(range_ask(asked), pass(passed), "{asked}");
         }
         for bad in ["bytes=0-1,5-9", "bytes=9-5", "bytes=-0", "bytes=-", "bytes=a-b", "items=0-1", "bytes 0-1", "bytes=0--1", ""] {

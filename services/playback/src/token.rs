@@ -18,7 +18,7 @@
 //!   as the playback ID, read from PostgreSQL on every request (one indexed
 //!   join, [`crate::store::signing_key`]), so a deleted key fails from the
 //!   next request on. Only the parsed public key is cached, by key id and
-//!   key text ([`KeyCache`]): never whether a key exists;
+//!   key text ([`crate::cache::KeyCache`]): never whether a key exists;
 //! - **claims**, by `jsonwebtoken` with an explicit [`Validation`]:
 //!   algorithms `[RS256]`; `exp`, `sub` and `aud` required; `sub` = the
 //!   playback ID; `aud` = the route's audience; `nbf` honoured when present;
@@ -38,14 +38,12 @@
 //! past the token's `exp`.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
 use actix_web::http::header;
 use actix_web::{HttpMessage, HttpRequest};
 use base64::Engine as _;
 use jsonwebtoken::errors::ErrorKind;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use jsonwebtoken::{Algorithm, Validation};
 use vid_core::playback::Audience;
 use vid_core::signing::{ALGORITHM, LEEWAY_SECONDS, TOKEN_PARAMETER};
 use vid_core::{PlaybackId, SigningKeyId};
@@ -235,44 +233,6 @@ pub fn cache_control<'a>(req: &HttpRequest, configured: &'a str) -> Cow<'a, str>
     let configured_age =
         configured.split(',').find_map(|d| d.trim().strip_prefix("max-age=").and_then(|n| n.parse::<u64>().ok())).unwrap_or(0);
     Cow::Owned(format!("private, max-age={}", configured_age.min(exp.saturating_sub(now))))
-}
-
-/// Parsed public keys by key id, each with the PEM it was parsed from: a
-/// key is reparsed when its stored text differs, and a key id the database
-/// no longer answers is never looked up here (existence is asked of
-/// PostgreSQL on every request). At most [`KeyCache::MAX_KEYS`] keys; past
-/// it the map is emptied.
-#[derive(Default)]
-pub struct KeyCache {
-    keys: Mutex<HashMap<String, (String, Arc<DecodingKey>)>>,
-}
-
-impl KeyCache {
-    /// Keys kept at most.
-    pub const MAX_KEYS: usize = 10_000;
-
-    /// The decoding key of `kid` whose stored PEM is `pem`.
-    /// Errors: `Internal` when the stored PEM is not an RSA public key.
-    pub fn decoding_key(&self, kid: &SigningKeyId, pem: &str) -> Result<Arc<DecodingKey>, PlaybackError> {
-        {
-            let keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((stored, key)) = keys.get(kid.as_str()) {
-                if stored == pem {
-                    return Ok(key.clone());
-                }
-            }
-        }
-        let key = Arc::new(
-            DecodingKey::from_rsa_pem(pem.as_bytes())
-                .map_err(|e| PlaybackError::Internal(format!("signing key {kid} does not parse: {e}")))?,
-        );
-        let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
-        if keys.len() >= Self::MAX_KEYS {
-            keys.clear();
-        }
-        keys.insert(kid.as_str().to_owned(), (pem.to_owned(), key.clone()));
-        Ok(key)
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! The command line: every subcommand, flag and value parser (clap).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 use vid_core::endpoint::SignatureFormat;
 use vid_core::event::EventType;
 use vid_core::messages::Mp4Support;
-use vid_core::playback::PlaybackPolicy;
-use vid_core::{DeliveryId, EndpointId, EventId, OperationId, PlaybackId, UploadId, VideoId};
+use vid_core::playback::{Audience, PlaybackPolicy};
+use vid_core::{DeliveryId, EndpointId, EventId, OperationId, PlaybackId, SigningKeyId, UploadId, VideoId};
 
 #[derive(Parser)]
 #[command(name = "vidctl", version, about = "Upload videos and manage the video platform from the shell")]
@@ -50,10 +51,10 @@ pub(crate) enum Command {
     Events(EventCmd),
     /// Signing keys for signed playback IDs.
     #[command(subcommand)]
-    SigningKeys(crate::signing::SigningKeyCmd),
+    SigningKeys(SigningKeyCmd),
     /// Playback tokens for signed playback IDs (offline: needs no API access).
     #[command(subcommand)]
-    Playback(crate::signing::PlaybackCmd),
+    Playback(PlaybackCmd),
     /// Check a captured webhook's signature (needs no API access).
     Verify {
         /// The endpoint secret (`whsec_…`); repeat during a rotation.
@@ -368,4 +369,66 @@ mod tests {
             assert!(parse(&["--created-after", bad]).is_err(), "{bad}");
         }
     }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum SigningKeyCmd {
+    /// Create an RSA key pair; prints its id and private key (shown this once).
+    Create {
+        /// Write the private key (PEM) to this new file (mode 0600) instead of printing it.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// List signing keys, newest first.
+    List {
+        #[command(flatten)]
+        page: PageArgs,
+    },
+    /// Delete a signing key: tokens signed with it stop working at once.
+    Delete { id: SigningKeyId },
+}
+
+#[derive(Subcommand)]
+pub(crate) enum PlaybackCmd {
+    /// Print a playback token (RS256 JWT) for a signed playback ID; append it as `?token=…`.
+    Sign {
+        /// The signing key's private key (PEM), as `signing-keys create` gave it.
+        #[arg(long)]
+        key_file: PathBuf,
+        /// The signing key's id (`sk_…`): the token's `kid`.
+        #[arg(long)]
+        key_id: SigningKeyId,
+        /// The signed playback ID (`pb_…`): the token's `sub`.
+        #[arg(long)]
+        playback_id: PlaybackId,
+        /// v (video: manifests and segments), t (thumbnail), s (storyboard) or g (poster).
+        #[arg(long, value_parser = parse_audience, default_value = "v")]
+        audience: Audience,
+        /// Lifetime: seconds, or a number with s, m, h or d (`90s`, `15m`, `1h`, `7d`).
+        #[arg(long, value_parser = parse_duration, default_value = "1h")]
+        expires_in: Duration,
+    },
+}
+
+fn parse_audience(s: &str) -> Result<Audience, String> {
+    Audience::from_claim(s).ok_or_else(|| "one of v, t, s, g".to_owned())
+}
+
+/// `3600`, `90s`, `15m`, `1h`, `7d`; at least one second.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("`{s}`: a number of seconds, or with s, m, h or d"))?;
+    let secs = match unit {
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86_400),
+        _ => None,
+    }
+    .filter(|&n| n > 0)
+    .ok_or_else(|| format!("`{s}`: a positive number of seconds, or with s, m, h or d"))?;
+    Ok(Duration::from_secs(secs))
 }

@@ -2,58 +2,13 @@
 //! `vidctl playback sign` (a playback token, offline: it needs the private
 //! key file, not the API).
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 use anyhow::Context as _;
-use clap::Subcommand;
 use serde_json::json;
 use vid_client::Client;
-use vid_core::playback::Audience;
-use vid_core::{PlaybackId, SigningKeyId};
 
-use crate::cli::PageArgs;
+use crate::cli::{PlaybackCmd, SigningKeyCmd};
 use crate::output::Output;
 use crate::view::{fields, time};
-
-#[derive(Subcommand)]
-pub(crate) enum SigningKeyCmd {
-    /// Create an RSA key pair; prints its id and private key (shown this once).
-    Create {
-        /// Write the private key (PEM) to this new file (mode 0600) instead of printing it.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
-    /// List signing keys, newest first.
-    List {
-        #[command(flatten)]
-        page: PageArgs,
-    },
-    /// Delete a signing key: tokens signed with it stop working at once.
-    Delete { id: SigningKeyId },
-}
-
-#[derive(Subcommand)]
-pub(crate) enum PlaybackCmd {
-    /// Print a playback token (RS256 JWT) for a signed playback ID; append it as `?token=…`.
-    Sign {
-        /// The signing key's private key (PEM), as `signing-keys create` gave it.
-        #[arg(long)]
-        key_file: PathBuf,
-        /// The signing key's id (`sk_…`): the token's `kid`.
-        #[arg(long)]
-        key_id: SigningKeyId,
-        /// The signed playback ID (`pb_…`): the token's `sub`.
-        #[arg(long)]
-        playback_id: PlaybackId,
-        /// v (video: manifests and segments), t (thumbnail), s (storyboard) or g (poster).
-        #[arg(long, value_parser = parse_audience, default_value = "v")]
-        audience: Audience,
-        /// Lifetime: seconds, or a number with s, m, h or d (`90s`, `15m`, `1h`, `7d`).
-        #[arg(long, value_parser = parse_duration, default_value = "1h")]
-        expires_in: Duration,
-    },
-}
 
 /// `vidctl signing-keys …`.
 pub(crate) async fn signing_keys(client: &Client, cmd: SigningKeyCmd, out: Output) -> anyhow::Result<()> {
@@ -113,34 +68,17 @@ fn write_private(path: &std::path::Path, pem: &str) -> anyhow::Result<()> {
     f.write_all(pem.as_bytes()).with_context(|| format!("writing {}", path.display()))
 }
 
-fn parse_audience(s: &str) -> Result<Audience, String> {
-    Audience::from_claim(s).ok_or_else(|| "one of v, t, s, g".to_owned())
-}
-
-/// `3600`, `90s`, `15m`, `1h`, `7d`; at least one second.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (digits, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = digits.parse().map_err(|_| format!("`{s}`: a number of seconds, or with s, m, h or d"))?;
-    let secs = match unit {
-        "s" => Some(n),
-        "m" => n.checked_mul(60),
-        "h" => n.checked_mul(3600),
-        "d" => n.checked_mul(86_400),
-        _ => None,
-    }
-    .filter(|&n| n > 0)
-    .ok_or_else(|| format!("`{s}`: a positive number of seconds, or with s, m, h or d"))?;
-    Ok(Duration::from_secs(secs))
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser;
 
     use super::*;
+    use std::time::Duration;
+
+    use vid_core::playback::Audience;
+    use vid_core::{PlaybackId, SigningKeyId};
+
+    use crate::cli::parse_duration;
     use crate::cli::{Cli, Command};
 
     #[test]

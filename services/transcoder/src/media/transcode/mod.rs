@@ -69,8 +69,7 @@ use ffmpeg::{format, Packet};
 use ffmpeg_next as ffmpeg;
 
 pub use self::cmaf::{Segment, TrackFiles};
-pub use self::storyboard::StoryboardFiles;
-pub use self::types::{Packaging, PosterFile, RenditionFile, StreamFiles, Transcoded, VideoTrack};
+pub use self::types::{Packaging, PosterFile, RenditionFile, StoryboardFiles, StreamFiles, Transcoded, VideoTrack};
 use super::error::MediaError;
 use super::ladder::Rung;
 use super::libav::{is_again, is_positive};

@@ -38,10 +38,9 @@ use std::path::{Path, PathBuf};
 
 use ffmpeg::{format, frame, Rational};
 use ffmpeg_next as ffmpeg;
-use serde::{Deserialize, Serialize};
 
 use super::poster::write_jpeg;
-use super::types::PosterFile;
+use super::types::{PosterFile, StoryboardFiles};
 use crate::media::error::MediaError;
 use crate::media::libav::internal;
 
@@ -61,34 +60,6 @@ pub fn interval_ms(duration: Option<f64>) -> u64 {
     let d = duration.filter(|d| d.is_finite() && *d > 0.0).unwrap_or(0.0);
     let raw = (d * 1000.0 / 100.0).max(1000.0);
     ((raw / 500.0).ceil() as u64) * 500
-}
-
-/// What the storyboard step wrote (paths under the stream directory).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoryboardFiles {
-    /// Interval between instants, milliseconds.
-    pub interval_ms: u64,
-    /// Tile size in pixels.
-    pub tile_width: u32,
-    /// Tile height in pixels (even).
-    pub tile_height: u32,
-    /// Sprite sheet columns.
-    pub columns: u32,
-    /// Sprite sheet rows.
-    pub rows: u32,
-    /// The instants' times in milliseconds, ascending (one tile each).
-    pub tiles_ms: Vec<u64>,
-    /// Times (ms, ascending) that have a frame JPEG `frames/<ms>.jpg`: every
-    /// instant plus the last frame.
-    pub frames_ms: Vec<u64>,
-    /// Size of the frame JPEGs (the tallest rung's).
-    pub frame_width: u32,
-    /// Height of the frame JPEGs.
-    pub frame_height: u32,
-    /// The video's duration used for the last cue's end, milliseconds.
-    pub duration_ms: u64,
-    /// The stream-relative paths written, with their content types, in upload order.
-    pub objects: Vec<(String, String)>,
 }
 
 struct Tile {

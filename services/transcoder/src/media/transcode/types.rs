@@ -64,7 +64,7 @@ pub struct StreamFiles {
     /// The storyboard, thumbnail frames and poster written under `dir`
     /// (issue 20), unless no frame reached the tallest rung.
     #[serde(default)]
-    pub storyboard: Option<super::storyboard::StoryboardFiles>,
+    pub storyboard: Option<StoryboardFiles>,
 }
 
 /// What [`transcode`] produced.
@@ -100,4 +100,32 @@ impl Default for Packaging {
     fn default() -> Self {
         Self { segment_seconds: 4.0, mp4: true, poster_time: None }
     }
+}
+
+/// What the storyboard step wrote (paths under the stream directory).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoryboardFiles {
+    /// Interval between instants, milliseconds.
+    pub interval_ms: u64,
+    /// Tile size in pixels.
+    pub tile_width: u32,
+    /// Tile height in pixels (even).
+    pub tile_height: u32,
+    /// Sprite sheet columns.
+    pub columns: u32,
+    /// Sprite sheet rows.
+    pub rows: u32,
+    /// The instants' times in milliseconds, ascending (one tile each).
+    pub tiles_ms: Vec<u64>,
+    /// Times (ms, ascending) that have a frame JPEG `frames/<ms>.jpg`: every
+    /// instant plus the last frame.
+    pub frames_ms: Vec<u64>,
+    /// Size of the frame JPEGs (the tallest rung's).
+    pub frame_width: u32,
+    /// Height of the frame JPEGs.
+    pub frame_height: u32,
+    /// The video's duration used for the last cue's end, milliseconds.
+    pub duration_ms: u64,
+    /// The stream-relative paths written, with their content types, in upload order.
+    pub objects: Vec<(String, String)>,
 }
