@@ -25,31 +25,10 @@ CONNECTIONS="${CONNECTIONS:-32}"
 THREADS="${THREADS:-2}"
 BIN_DIR="${BIN_DIR:-target/release}"
 SEGMENTS_CURL="${SEGMENTS_CURL:-200}"
-die() { echo "bench-playback: $*" >&2; exit 1; }
-
-for tool in wrk nginx; do
-    command -v "$tool" >/dev/null || command -v "/usr/sbin/$tool" >/dev/null || {
-        echo "bench-playback: installing $tool (apt)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$([ "$tool" = nginx ] && echo nginx-light || echo wrk)" >/dev/null
-    }
-done
-NGINX="$(command -v nginx || echo /usr/sbin/nginx)"
 API_BIN="${API_BIN:-$BIN_DIR/api}"   # only for `api migrate` of the scratch database
-[ -x "$BIN_DIR/playback" ] || die "$BIN_DIR/playback missing (cargo build --release --bins)"
-[ -x "$API_BIN" ] || die "$API_BIN missing (cargo build --release --bins)"
-
-WORK="$(mktemp -d /tmp/vid-bench-playback.XXXXXX)"
-chmod 755 "$WORK"   # nginx workers (nobody when started by root) read the stream here
-PIDS=()
-cleanup() {
-    local p; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    [ -n "${DB:-}" ] && psql -q "$SERVER/postgres" -c "DROP DATABASE IF EXISTS $DB" >/dev/null 2>&1 || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { local i; for i in $(seq 1 300); do curl -fs -o /dev/null "$1" && return 0; sleep 0.1; done; die "$1 never answered"; }
+# shellcheck source=scripts/lib/bench-http.sh
+source scripts/lib/bench-http.sh
+bench_init bench-playback
 
 # 1. A real stream in the transcoder's layout: 60 s, 2 rungs + audio, 4 s CMAF segments.
 STREAM="$WORK/stream"
@@ -77,30 +56,15 @@ SEGMENT=360p/seg-00005.m4s
 echo "stream: $(find "$STREAM" -type f | wc -l) objects, media playlist $(wc -c <"$STREAM/360p/index.m3u8") B, master $(wc -c <"$STREAM/master.m3u8") B, segment $(wc -c <"$STREAM/$SEGMENT") B"
 
 # 2. A scratch database (migrated by the api binary) and the objects in Garage.
-SERVER="${VID__DATABASE__URL%/*}"
-DB="vidbench_playback_$$"
-psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB" >/dev/null
-export VID__DATABASE__URL="$SERVER/$DB" VID_PROFILE=development
-"$API_BIN" migrate >/dev/null
+bench_db playback
 TENANT="ten_bench$(date +%s)"
 VIDEO="vid_01jbench0000000000000000$((RANDOM % 10))"
 PREFIX="bench/playback-$$/stream/"
 PB="pb_01jd8x4m3v0k2q6s7t9w1y5zab"
 S3="$VID__S3__ENDPOINT/$VID__S3__BUCKET"
-while IFS= read -r f; do
-    rel="${f#"$STREAM"/}"
-    curl -fsS -o /dev/null --aws-sigv4 "aws:amz:$VID__S3__REGION:s3" --user "$VID__S3__ACCESS_KEY_ID:$VID__S3__SECRET_ACCESS_KEY" \
-        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$f" "$S3/$PREFIX$rel" || die "PUT $rel to Garage failed"
-done < <(find "$STREAM" -type f)
-psql -q "$VID__DATABASE__URL" >/dev/null <<SQL
-INSERT INTO tenants (id, name) VALUES ('$TENANT', 'bench');
-INSERT INTO uploads (id, tenant_id, status, size_bytes, content_type, part_size, part_count, storage_key, s3_upload_id, video_id, expires_at)
-  VALUES ('upl_bench', '$TENANT', 'completed', 1, 'video/mp4', 1, 1, 'k', 'x', '$VIDEO', now() + interval '1 day');
-INSERT INTO videos (id, tenant_id, upload_id, operation_id, status, content_type, source_key, stream)
-  VALUES ('$VIDEO', '$TENANT', 'upl_bench', 'op_bench', 'ready', 'video/mp4', 'k',
-          '{"prefix": "$PREFIX", "hls_master_key": "${PREFIX}master.m3u8", "dash_manifest_key": "${PREFIX}manifest.mpd", "segment_duration_ms": 4000, "objects": 0, "size_bytes": 0}');
-INSERT INTO playback_ids (id, tenant_id, video_id, policy) VALUES ('$PB', '$TENANT', '$VIDEO', 'public');
-SQL
+while IFS= read -r f; do s3_put "$f" "$PREFIX${f#"$STREAM"/}"; done < <(find "$STREAM" -type f)
+seed_ready_video "$TENANT" "$VIDEO" "$PREFIX" "$PB" \
+    "{\"prefix\": \"$PREFIX\", \"hls_master_key\": \"${PREFIX}master.m3u8\", \"dash_manifest_key\": \"${PREFIX}manifest.mpd\", \"segment_duration_ms\": 4000, \"objects\": 0, \"size_bytes\": 0}"
 # A signed playback ID of the same video, a signing key of the tenant (openssl
 # makes the pair; the table gets the public half, as POST /signing-keys does)
 # and a token minted by vidctl (issue 20).
@@ -119,53 +83,20 @@ TOKEN="$("$VIDCTL" playback sign --key-file "$WORK/signing.pem" --key-id "$KID" 
 
 # 3. The playback service (release, as many workers as cores) and nginx (as
 #    many workers, access log off) on loopback.
-PB_PORT="$(free_port)"; NGINX_PORT="$(free_port)"
-VID__PLAYBACK__LISTEN="127.0.0.1:$PB_PORT" VID__TELEMETRY__LEVEL=warn "$BIN_DIR/playback" >"$WORK/playback.log" 2>&1 &
-PIDS+=($!)
-mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes $(nproc);
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/nginx/body;
-    proxy_temp_path $WORK/nginx/proxy;
-    fastcgi_temp_path $WORK/nginx/fastcgi;
-    uwsgi_temp_path $WORK/nginx/uwsgi;
-    scgi_temp_path $WORK/nginx/scgi;
-    types { application/vnd.apple.mpegurl m3u8; video/mp4 m4s mp4; }
-    server {
-        listen 127.0.0.1:$NGINX_PORT;
-        root $STREAM;
-        location / { add_header Access-Control-Allow-Origin "*"; add_header Cache-Control "public, max-age=10"; }
-    }
-}
-NGINX
-"$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' &
-PIDS+=($!)
-PLAY="http://127.0.0.1:$PB_PORT/play"
-STATIC="http://127.0.0.1:$NGINX_PORT"
-wait_http "http://127.0.0.1:$PB_PORT/healthz"
+start_playback
+start_nginx "$STREAM" "application/vnd.apple.mpegurl m3u8; video/mp4 m4s mp4;" \
+    'location / { add_header Access-Control-Allow-Origin "*"; add_header Cache-Control "public, max-age=10"; }'
+PLAY="$PLAY_ORIGIN/play"
+STATIC="$STATIC_ORIGIN"
 wait_http "$STATIC/master.m3u8"
 curl -fsS "$PLAY/$PB.m3u8" | grep -q "^$PB/360p/index.m3u8" || die "the master playlist is not served rewritten"
 cmp -s <(curl -fsS "$PLAY/$PB/360p/index.m3u8") "$STREAM/360p/index.m3u8" || die "the media playlist differs from the stored one"
 
-# wrk_run URL: "<req/s> <p99 ms>"
-wrk_run() {
-    local out rps p99
-    out="$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1")"
-    grep -q "Non-2xx" <<<"$out" && die "wrk got non-2xx answers from $1: $out"
-    rps="$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")"
-    p99="$(awk '$1 == "99%" {v=$2; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.2f", v}' <<<"$out")"
-    echo "$rps $p99"
-}
 printf '\n%-16s %12s %10s %12s %10s %8s\n' "url" "playback r/s" "p99 ms" "nginx r/s" "p99 ms" "ratio"
 row() {   # row NAME PLAYBACK_URL STATIC_URL
     local a b
-    read -r a_rps a_p99 <<<"$(wrk_run "$2")"
-    read -r b_rps b_p99 <<<"$(wrk_run "$3")"
+    read -r a_rps _ a_p99 <<<"$(wrk_stats "$2")"
+    read -r b_rps _ b_p99 <<<"$(wrk_stats "$3")"
     printf '%-16s %12.0f %10s %12.0f %10s %7.0f%%\n' "$1" "$a_rps" "$a_p99" "$b_rps" "$b_p99" "$(awk -v a="$a_rps" -v b="$b_rps" 'BEGIN {print 100 * a / b}')"
 }
 row "master" "$PLAY/$PB.m3u8" "$STATIC/master.m3u8"
@@ -177,15 +108,8 @@ row "segment" "$PLAY/$PB/$SEGMENT" "$STATIC/$SEGMENT"
 #    appended to every URI) against the public one, same run: p50, p99, ratio.
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$PLAY/$PB_SIGNED.m3u8")" = 403 ] || die "the signed ID plays without a token"
 curl -fsS "$PLAY/$PB_SIGNED.m3u8?token=$TOKEN" | grep -q "index.m3u8?token=$TOKEN" || die "the signed master playlist does not carry the token on"
-wrk_latency() {   # wrk_latency URL: "<req/s> <p50 ms> <p99 ms>"
-    local out
-    out="$(wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1")"
-    grep -q "Non-2xx" <<<"$out" && die "wrk got non-2xx answers from $1: $out"
-    awk 'function ms(v) { if (v ~ /us$/) {sub(/us$/,"",v); return v/1000} if (v ~ /ms$/) {sub(/ms$/,"",v); return v} sub(/s$/,"",v); return v*1000 }
-         /^Requests\/sec:/ {r=$2} $1 == "50%" {p50=ms($2)} $1 == "99%" {p99=ms($2)} END {printf "%s %.3f %.3f", r, p50, p99}' <<<"$out"
-}
-read -r pub_rps pub_p50 pub_p99 <<<"$(wrk_latency "$PLAY/$PB.m3u8")"
-read -r sig_rps sig_p50 sig_p99 <<<"$(wrk_latency "$PLAY/$PB_SIGNED.m3u8?token=$TOKEN")"
+read -r pub_rps pub_p50 pub_p99 <<<"$(wrk_stats "$PLAY/$PB.m3u8")"
+read -r sig_rps sig_p50 sig_p99 <<<"$(wrk_stats "$PLAY/$PB_SIGNED.m3u8?token=$TOKEN")"
 printf '
 %-22s %10s %10s %10s
 ' "master playlist" "r/s" "p50 ms" "p99 ms"
