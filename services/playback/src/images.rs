@@ -32,6 +32,11 @@
 //! service writes); later requests (any replica) are served from that
 //! object. `X-Thumbnail-Cache: hit | miss` says which (`source`: the kept
 //! frame itself, at its own width). The work is bounded:
+//! concurrent misses of one stored key are one flight (the first resizes,
+//! the others wait for it and are served from what it stored: `hit`), one
+//! video (stream prefix) has at most one resize at once per process (other
+//! widths or times of it wait at most [`QUEUE_TIMEOUT`], else `503`), so one
+//! viewer cannot take every slot from other videos, and
 //! at most [`MAX_CONCURRENT_RESIZES`] resizes at once per process (a request
 //! waits at most [`QUEUE_TIMEOUT`] for a slot, else `503`), a source frame of
 //! at most [`MAX_SOURCE_PIXELS`] pixels and [`MAX_SOURCE_BYTES`] bytes, and
@@ -49,7 +54,9 @@
 //! token's `exp` for a token): the objects never change, and a thumbnail's
 //! URL (its query included) names one picture.
 
+use std::collections::BTreeMap;
 use std::io::Cursor;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::header::{self, HeaderName, HeaderValue};
@@ -83,7 +90,68 @@ pub const JPEG_QUALITY: u8 = 85;
 /// The response header saying whether a resized thumbnail came from storage.
 pub const CACHE_HEADER: &str = "x-thumbnail-cache";
 
+/// At most this many distinct keys wait in one [`KeyedLocks`] (more: `503`).
+pub const MAX_PENDING_KEYS: usize = 1024;
+
 static RESIZES: Semaphore = Semaphore::const_new(MAX_CONCURRENT_RESIZES);
+/// Misses in flight by stored thumbnail key (single flight).
+static IN_FLIGHT: KeyedLocks = KeyedLocks::new("thumbnail");
+/// Misses in flight by stream prefix (one video: one resize at a time).
+static PER_VIDEO: KeyedLocks = KeyedLocks::new("video");
+
+/// One async lock per key, made on first use and dropped when its last
+/// holder or waiter leaves (so the map holds only keys in flight, at most
+/// [`MAX_PENDING_KEYS`]). Work run under a key runs alone for that key.
+struct KeyedLocks {
+    what: &'static str,
+    map: std::sync::Mutex<BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A claim on one key's lock; leaving it removes the key when no one else waits.
+struct Ticket<'a> {
+    locks: &'a KeyedLocks,
+    key: String,
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        let mut map = self.locks.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Clones are only taken under the map lock: 2 = the map's and ours.
+        if Arc::strong_count(&self.lock) == 2 && map.get(&self.key).is_some_and(|l| Arc::ptr_eq(l, &self.lock)) {
+            map.remove(&self.key);
+        }
+    }
+}
+
+impl KeyedLocks {
+    const fn new(what: &'static str) -> Self {
+        Self { what, map: std::sync::Mutex::new(BTreeMap::new()) }
+    }
+
+    /// Runs `work` once no other work holds `key`, waiting at most `wait`.
+    /// Errors: `Unavailable` past `wait` or with [`MAX_PENDING_KEYS`] other
+    /// keys in flight; else `work`'s.
+    async fn run<T, F: std::future::Future<Output = Result<T, PlaybackError>>>(
+        &self,
+        key: &str,
+        wait: Duration,
+        work: impl FnOnce() -> F,
+    ) -> Result<T, PlaybackError> {
+        let ticket = {
+            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            if !map.contains_key(key) && map.len() >= MAX_PENDING_KEYS {
+                return Err(PlaybackError::Unavailable(format!("{MAX_PENDING_KEYS} thumbnail {}s are in flight", self.what)));
+            }
+            let lock = map.entry(key.to_owned()).or_default().clone();
+            Ticket { locks: self, key: key.to_owned(), lock }
+        };
+        let _held = tokio::time::timeout(wait, ticket.lock.lock())
+            .await
+            .map_err(|_| PlaybackError::Unavailable(format!("another thumbnail resize of this {} is still running", self.what)))?;
+        work().await
+    }
+}
 
 /// `GET|HEAD /play/{pb}/{file}` for the five image files (see the module docs).
 /// Errors: `NotFound` (outside the grammar, an unknown or unready ID, a
@@ -150,10 +218,30 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                 }
                 Err(PlaybackError::NotFound) => {
                     crate::metrics::cache_lookup("thumbnail", false);
-                    let jpeg = make_thumbnail(&state, &frame_key, &cached_key, width).await?;
-                    let mut res = HttpResponse::Ok();
-                    res.insert_header((header::CACHE_CONTROL, cache_control)).insert_header((CACHE_HEADER, "miss"));
-                    Ok(res.content_type("image/jpeg").body(jpeg))
+                    // Single flight: one miss per stored key resizes; those that
+                    // waited for it are served from what it stored.
+                    let wait = QUEUE_TIMEOUT * 2 + RESIZE_TIMEOUT;
+                    IN_FLIGHT
+                        .run(&cached_key, wait, || async {
+                            match serve(cached_key.clone(), "image/jpeg").await {
+                                Ok(mut res) => {
+                                    res.headers_mut().insert(HeaderName::from_static(CACHE_HEADER), HeaderValue::from_static("hit"));
+                                    return Ok(res);
+                                }
+                                Err(PlaybackError::NotFound) => {}
+                                Err(e) => return Err(e),
+                            }
+                            let (jpeg, etag) = PER_VIDEO
+                                .run(&stream.prefix, QUEUE_TIMEOUT, || make_thumbnail(&state, &frame_key, &cached_key, width))
+                                .await?;
+                            let mut res = HttpResponse::Ok();
+                            res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));
+                            if let Some(etag) = etag {
+                                res.insert_header((header::ETAG, etag));
+                            }
+                            Ok(res.content_type("image/jpeg").body(jpeg))
+                        })
+                        .await
                 }
                 Err(e) => Err(e),
             }
@@ -249,9 +337,10 @@ fn parse_width(v: &str) -> Result<u32, PlaybackError> {
 }
 
 /// Reads the frame `frame_key`, resizes it to `width` (bounded: see the
-/// module docs), stores the result at `cached_key` and returns it. A failed
-/// store write is logged, not answered: the thumbnail is still right.
-async fn make_thumbnail(state: &AppState, frame_key: &str, cached_key: &str, width: u32) -> Result<Bytes, PlaybackError> {
+/// module docs), stores the result at `cached_key` and returns it with the
+/// stored object's ETag. A failed store write is logged, not answered: the
+/// thumbnail is still right (then no ETag).
+async fn make_thumbnail(state: &AppState, frame_key: &str, cached_key: &str, width: u32) -> Result<(Bytes, Option<String>), PlaybackError> {
     let source = storage::manifest(&state.s3, &state.settings.s3.bucket, frame_key).await?;
     if source.body.len() > MAX_SOURCE_BYTES {
         return Err(PlaybackError::Internal(format!("frame {frame_key} is over {MAX_SOURCE_BYTES} bytes")));
@@ -278,10 +367,13 @@ async fn make_thumbnail(state: &AppState, frame_key: &str, cached_key: &str, wid
         .body(ByteStream::from(jpeg.clone()))
         .send()
         .await;
-    if let Err(e) = put {
-        tracing::warn!(key = cached_key, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not store a resized thumbnail");
+    match put {
+        Ok(out) => Ok((jpeg, out.e_tag().map(str::to_owned))),
+        Err(e) => {
+            tracing::warn!(key = cached_key, error = %aws_sdk_s3::error::DisplayErrorContext(&e), "could not store a resized thumbnail");
+            Ok((jpeg, None))
+        }
     }
-    Ok(jpeg)
 }
 
 /// Decodes the JPEG `jpeg` (at most [`MAX_SOURCE_PIXELS`]), scales it to

@@ -34,7 +34,19 @@ fn clip() -> Clip {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src.mp4");
     let s = src.to_str().unwrap();
-    ffmpeg(&["-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25:duration=4", "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", s]);
+    ffmpeg(&[
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=640x360:rate=25:duration=4",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        s,
+    ]);
     std::fs::create_dir_all(dir.path().join("frames")).unwrap();
     for ms in FRAMES_MS {
         let out = dir.path().join(format!("frames/{ms}.jpg"));
@@ -78,7 +90,8 @@ async fn with_images(w: &World, clip: &Clip) -> StreamImages {
         async move { s3.put_object().bucket(bucket).key(key).content_type(ct).body(body.into()).send().await.unwrap() }
     };
     for ms in FRAMES_MS {
-        put(format!("{}frames/{ms}.jpg", w.prefix), std::fs::read(clip.dir.path().join(format!("frames/{ms}.jpg"))).unwrap(), "image/jpeg").await;
+        put(format!("{}frames/{ms}.jpg", w.prefix), std::fs::read(clip.dir.path().join(format!("frames/{ms}.jpg"))).unwrap(), "image/jpeg")
+            .await;
     }
     put(format!("{}poster.jpg", w.prefix), std::fs::read(clip.dir.path().join("frames/2000.jpg")).unwrap(), "image/jpeg").await;
     put(format!("{}storyboard.jpg", w.prefix), std::fs::read(clip.dir.path().join("frames/1000.jpg")).unwrap(), "image/jpeg").await;
@@ -94,10 +107,11 @@ async fn with_images(w: &World, clip: &Clip) -> StreamImages {
         duration_ms: 4000,
     };
     let mut conn = <diesel_async::AsyncPgConnection as diesel_async::AsyncConnection>::establish(&w.db).await.unwrap();
-    let rows: Vec<StreamRow> = diesel::sql_query(format!("SELECT stream::text AS stream FROM videos WHERE stream->>'prefix' = '{}'", w.prefix))
-        .load(&mut conn)
-        .await
-        .unwrap();
+    let rows: Vec<StreamRow> =
+        diesel::sql_query(format!("SELECT stream::text AS stream FROM videos WHERE stream->>'prefix' = '{}'", w.prefix))
+            .load(&mut conn)
+            .await
+            .unwrap();
     let mut stream: StreamOutputs = serde_json::from_str(&rows[0].stream).unwrap();
     stream.images = Some(images.clone());
     let json = serde_json::to_string(&stream).unwrap();
@@ -123,14 +137,16 @@ struct Got {
     cache: String,
     content_type: String,
     cache_control: String,
+    etag: String,
     body: Vec<u8>,
 }
 
 async fn get(url: &str) -> Got {
     let res = http().get(url).send().await.unwrap();
     let h = |n: &str| res.headers().get(n).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let (status, cache, content_type, cache_control) = (res.status().as_u16(), h("x-thumbnail-cache"), h("content-type"), h("cache-control"));
-    Got { status, cache, content_type, cache_control, body: res.bytes().await.unwrap().to_vec() }
+    let (status, cache, content_type, cache_control, etag) =
+        (res.status().as_u16(), h("x-thumbnail-cache"), h("content-type"), h("cache-control"), h("etag"));
+    Got { status, cache, content_type, cache_control, etag, body: res.bytes().await.unwrap().to_vec() }
 }
 
 #[tokio::test]
@@ -153,7 +169,8 @@ async fn thumbnails_are_the_nearest_frames_resized_once_and_then_served_from_sto
         let file = out.join("got.jpg");
         std::fs::write(&file, &first.body).unwrap();
         assert_eq!(size_of(&file), size, "{query}");
-        let (d_right, d_wrong) = (diff(&grey(&file, None), &grey(&clip.src, Some(at))), diff(&grey(&file, None), &grey(&clip.src, Some(wrong))));
+        let (d_right, d_wrong) =
+            (diff(&grey(&file, None), &grey(&clip.src, Some(at))), diff(&grey(&file, None), &grey(&clip.src, Some(wrong))));
         assert!(d_right < 8.0 && d_right < d_wrong, "{query}: the frame at {at} s ({d_right:.1}), not at {wrong} s ({d_wrong:.1})");
 
         let second = get(&thumb(query)).await;
@@ -215,4 +232,35 @@ async fn bad_thumbnail_parameters_are_problems_and_the_other_images_are_served_a
     for bad in ["Poster.jpg", "thumbnail.webp", "frames", "storyboard.jpeg"] {
         assert_eq!(get(&pb.at(&format!("/play/{}/{bad}", w.public))).await.status, 404, "{bad}");
     }
+}
+
+/// Concurrent cold requests (issue 20 review): 6 each of 3 widths of one
+/// frame at once. Each (frame, width) is resized once (single flight:
+/// exactly one `miss` per width, the others `hit`, served from what it
+/// stored), and the per-video bound of one resize queues the widths instead
+/// of refusing them (all `200`, no `503`).
+#[tokio::test]
+async fn concurrent_cold_thumbnails_are_resized_once_per_width() {
+    let (w, clip) = (seed().await, clip());
+    with_images(&w, &clip).await;
+    let pb = Playback::start(&w.db, &[]).await;
+    let widths = [300u32, 301, 302];
+    let urls: Vec<(u32, String)> =
+        (0..6).flat_map(|_| widths.iter().map(|&wd| (wd, pb.at(&format!("/play/{}/thumbnail.jpg?time=1&width={wd}", w.public))))).collect();
+    let got = futures::future::join_all(urls.iter().map(|(wd, url)| async move { (*wd, get(url).await) })).await;
+    for wd in widths {
+        let of: Vec<&Got> = got.iter().filter(|(x, _)| *x == wd).map(|(_, g)| g).collect();
+        let statuses: Vec<u16> = of.iter().map(|g| g.status).collect();
+        assert!(statuses.iter().all(|s| *s == 200), "width {wd}: {statuses:?}");
+        let caches: Vec<&str> = of.iter().map(|g| g.cache.as_str()).collect();
+        assert_eq!(caches.iter().filter(|c| **c == "miss").count(), 1, "width {wd}: one resize, {caches:?}");
+        assert_eq!(caches.iter().filter(|c| **c == "hit").count(), 5, "width {wd}: {caches:?}");
+        assert!(of.iter().all(|g| g.body == of[0].body), "width {wd}: one picture");
+    }
+    // The cold answer and the hits carry the stored object's ETag.
+    let settings: vid_playback::Settings = vid_testkit::settings(&[("database.url", w.db.as_str())]);
+    let s3 = vid_infra::storage::client(&settings.s3);
+    let stored = s3.head_object().bucket(&w.bucket).key(format!("{}thumbnails/1000_300.jpg", w.prefix)).send().await.unwrap();
+    let etags: Vec<&str> = got.iter().filter(|(x, _)| *x == 300).map(|(_, g)| g.etag.as_str()).collect();
+    assert!(stored.e_tag().is_some_and(|e| etags.iter().all(|g| *g == e)), "{etags:?} vs {:?}", stored.e_tag());
 }
