@@ -30,13 +30,18 @@ pub enum SignError {
     /// Signing failed (the key was refused by the RSA implementation).
     #[error("signing failed: {0}")]
     Signing(String),
+    /// `now + expires_in` is past the largest `exp` (`u64` seconds since
+    /// the Unix epoch, RFC 7519 §4.1.4 NumericDate).
+    #[error("expires_in of {0} s is too long: the expiry is past the largest NumericDate")]
+    ExpiresTooLate(u64),
 }
 
 /// A playback token (RFC 7519 JWT, RS256, header `kid` = `key_id`) for
 /// `audience` of `playback_id`, expiring `expires_in` from now (whole
 /// seconds, rounded down). Append it as `?token=<token>` to the playback URL.
 ///
-/// Errors: [`SignError`].
+/// Errors: [`SignError`] (`ExpiresTooLate` when `now + expires_in`
+/// overflows, checked before the key is read).
 pub fn sign_playback_token(
     private_key_pem: &str,
     key_id: &SigningKeyId,
@@ -45,8 +50,8 @@ pub fn sign_playback_token(
     expires_in: Duration,
 ) -> Result<String, SignError> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let claims =
-        PlaybackClaims { sub: playback_id.to_string(), aud: audience.claim().to_owned(), exp: now + expires_in.as_secs(), nbf: None };
+    let exp = now.checked_add(expires_in.as_secs()).ok_or(SignError::ExpiresTooLate(expires_in.as_secs()))?;
+    let claims = PlaybackClaims { sub: playback_id.to_string(), aud: audience.claim().to_owned(), exp, nbf: None };
     sign_claims(private_key_pem, key_id, &claims)
 }
 
@@ -85,5 +90,20 @@ impl Client {
     pub async fn delete_signing_key(&self, id: &SigningKeyId) -> Result<(), ClientError> {
         self.call::<(), serde_json::Value>(Method::DELETE, &format!("/signing-keys/{id}"), None, &[]).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiry_past_the_largest_numeric_date_is_an_error_not_a_panic() {
+        let (key, pb) = (SigningKeyId::generate(), PlaybackId::generate());
+        let err = sign_playback_token("not a key", &key, &pb, Audience::Video, Duration::from_secs(u64::MAX)).unwrap_err();
+        assert!(matches!(err, SignError::ExpiresTooLate(u64::MAX)), "{err:?}");
+        // A sane expiry gets past the check to the key.
+        let err = sign_playback_token("not a key", &key, &pb, Audience::Video, Duration::from_secs(3600)).unwrap_err();
+        assert!(matches!(err, SignError::InvalidKey(_)), "{err:?}");
     }
 }
