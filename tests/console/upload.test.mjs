@@ -8,12 +8,14 @@
 //      route interception and only part 2 is sent again; the video page opens;
 //   2. a reload in the middle (part 1 stored, the others held back), then
 //      resume from the "Unfinished uploads" list: only the missing parts are sent;
-//   3. a cancel in the middle: the upload is aborted.
+//   3. a cancel in the middle: the upload is aborted;
+//   4. three files at once all reach `succeeded` with at most 2 event streams
+//      open (the others poll), so the page keeps connections for its api calls.
 //
 // Environment (scripts/console-test.sh): CONSOLE_API_URL, CONSOLE_API_KEY,
 // CONSOLE_UPLOAD_VIDEO (a real video of several 5 MiB parts), CONSOLE_OUT, CHROMIUM.
 import { join } from 'node:path';
-import { statSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 
 const API_URL = process.env.CONSOLE_API_URL;
@@ -136,6 +138,29 @@ try {
     await eventually('the upload aborted', async () => (await uploadState(id)).status === 'aborted');
     assert((await page.locator(`[data-pending="${id}"]`).count()) === 0, 'a cancelled upload is not offered for resume');
     await shot('cancelled');
+  });
+
+  await step('three files processing at once: at most 2 event streams, the others polled', async () => {
+    let open = 0;
+    let most = 0;
+    const isEvents = (r) => /^\/operations\/[^/]+\/events$/.test(new URL(r.url()).pathname);
+    const opened = (r) => { if (isEvents(r)) { open += 1; most = Math.max(most, open); } };
+    const closed = (r) => { if (isEvents(r)) open -= 1; };
+    page.on('request', opened);
+    page.on('requestfinished', closed);
+    page.on('requestfailed', closed);
+    const before = await page.locator('[data-upload]').count();
+    const bytes = readFileSync(VIDEO);
+    await page.locator('#upload-files').setInputFiles(['a', 'b', 'c'].map((n) => ({ name: `${n}.mp4`, mimeType: 'video/mp4', buffer: bytes })));
+    for (let i = 0; i < 3; i++) {
+      const row = page.locator('[data-upload]').nth(before + i);
+      await row.locator('[data-role=video-link]').waitFor({ timeout: 120_000 });
+      assert((await row.getAttribute('data-phase')) === 'succeeded', `file ${i}: phase ${await row.getAttribute('data-phase')}`);
+    }
+    page.off('request', opened);
+    page.off('requestfinished', closed);
+    page.off('requestfailed', closed);
+    assert(most <= 2, `at most 2 event streams at once (saw ${most})`);
   });
 
   assert(apiKeyRequests.length === 0, `the library sent the API key: ${apiKeyRequests}`);

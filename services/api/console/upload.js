@@ -10,7 +10,7 @@
 
 import { api } from './api.js';
 import { h, fmtBytes, problemBox, problemOf } from './dom.js';
-import { upload, cancel, findResumable, pendingUploads, forget, fingerprint } from './vid-upload.js';
+import { upload, cancel, findResumable, pendingUploads, forget, fingerprint, followOperation } from './vid-upload.js';
 
 /** Parts sent at once per file. */
 const PARALLEL = 4;
@@ -124,15 +124,16 @@ export async function render(ctx) {
       error.replaceChildren();
       try {
         const result = await upload(file, {
-          upload: created, token, apiUrl: location.origin, parallel: PARALLEL, follow: true,
+          upload: created, token, apiUrl: location.origin, parallel: PARALLEL,
           onProgress, signal: row.controller.signal, store: localStorage,
         });
-        row.done = true;
-        li.dataset.phase = result.operation.status;
-        status.textContent = result.operation.status;
         pause.disabled = true;
         stop.disabled = true;
-        const videoId = result.videoId ?? result.operation.video_id;
+        const final = await watchOperation(result.operation, token, row.controller.signal);
+        row.done = true;
+        li.dataset.phase = final.status;
+        status.textContent = final.status;
+        const videoId = final.metadata?.video_id ?? result.videoId;
         if (videoId) link.replaceChildren(h('a', { href: `#/videos/${encodeURIComponent(videoId)}`, 'data-role': 'video-link' }, 'Open the video'));
       } catch (e) {
         if (e.code === 'aborted') {
@@ -169,3 +170,41 @@ export async function render(ctx) {
 
 /** Rows of this page visit, by upload id. */
 const rows = new Map();
+
+/**
+ * Event streams the page keeps open at once: a browser allows 6 HTTP/1.1
+ * connections per origin, and every other api call of the console needs one.
+ */
+const MAX_STREAMS = 2;
+/** Seconds between `GET /operations/{id}` of the operations beyond MAX_STREAMS. */
+const POLL_MS = 3000;
+let openStreams = 0;
+
+/**
+ * Follows `op` to `succeeded`, `failed` or `cancelled`: over its event stream
+ * while fewer than MAX_STREAMS are open, else by polling `GET /operations/{id}`.
+ * Rejects with `{ code: 'aborted' }` on `signal`.
+ */
+async function watchOperation(op, token, signal) {
+  const terminal = (o) => ['succeeded', 'failed', 'cancelled'].includes(o.status);
+  if (terminal(op)) return op;
+  if (openStreams < MAX_STREAMS) {
+    openStreams += 1;
+    try { return await followOperation(op.id, { token, apiUrl: location.origin, signal }); } finally { openStreams -= 1; }
+  }
+  const stopped = () => Object.assign(new Error('stopped'), { code: 'aborted' });
+  for (;;) {
+    await new Promise((resolve, reject) => {
+      if (signal.aborted) return reject(stopped());
+      const t = setTimeout(resolve, POLL_MS);
+      signal.addEventListener('abort', () => { clearTimeout(t); reject(stopped()); }, { once: true });
+    });
+    try {
+      const resp = await fetch(`/operations/${encodeURIComponent(op.id)}`, { headers: { Authorization: `Bearer ${token}` }, signal });
+      if (resp.ok) op = await resp.json();
+    } catch (e) {
+      if (signal.aborted) throw stopped();
+    }
+    if (terminal(op)) return op;
+  }
+}
