@@ -153,9 +153,34 @@ pub async fn verify(state: &AppState, token: &str, id: &PlaybackId, audience: Au
     let key = state.signing_keys.decoding_key(&kid, &pem)?;
     // Claims as JSON, so a missing claim reaches the Validation (typed
     // claims would fail to deserialize first, as a malformed token).
-    let data = jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation(id, audience)).map_err(|e| refusal(e.kind()))?;
-    let exp = data.claims.get("exp").and_then(|v| v.as_u64().or_else(|| v.as_f64().map(|f| f as u64)));
-    exp.ok_or(refused(TokenRefusal::Malformed))
+    let data = match jsonwebtoken::decode::<serde_json::Value>(token, &key, &validation(id, audience)) {
+        Ok(data) => data,
+        // jsonwebtoken reports a present but unparsable `exp` as missing
+        // (and checks claims only after the signature): tell them apart.
+        Err(e) if matches!(e.kind(), ErrorKind::MissingRequiredClaim(_)) && payload(token).is_some_and(|c| bad_time_claim(&c)) => {
+            return Err(refused(TokenRefusal::Malformed))
+        }
+        Err(e) => return Err(refusal(e.kind())),
+    };
+    // An unparsable `nbf` is skipped by jsonwebtoken: refuse it like `exp`.
+    if bad_time_claim(&data.claims) {
+        return Err(refused(TokenRefusal::Malformed));
+    }
+    data.claims.get("exp").and_then(|v| v.as_u64()).ok_or(refused(TokenRefusal::Malformed))
+}
+
+/// Whether `claims` has an `exp` or `nbf` that is not a NumericDate this
+/// service reads (RFC 7519 §2, §4.1.4–5): a JSON integer in `0..=u64::MAX`.
+/// A negative, fractional, too large (`1e308`, `2^64 + 5`) or non-number
+/// value is malformed, not missing.
+pub fn bad_time_claim(claims: &serde_json::Value) -> bool {
+    ["exp", "nbf"].iter().any(|c| claims.get(c).is_some_and(|v| !v.is_u64()))
+}
+
+/// The JSON payload of a JWS compact `token` (RFC 7515 §7.1), unverified.
+fn payload(token: &str) -> Option<serde_json::Value> {
+    let part = token.split('.').nth(1)?;
+    serde_json::from_slice(&base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(part).ok()?).ok()
 }
 
 /// The explicit validation of a token for `audience` of `id` (see the module docs).
@@ -286,6 +311,24 @@ mod tests {
         for claim in ["exp", "sub", "aud"] {
             assert!(v.required_spec_claims.contains(claim), "{claim}");
         }
+    }
+
+    #[test]
+    fn a_present_but_unreadable_time_claim_is_malformed() {
+        use serde_json::json;
+        for bad in
+            [json!({"exp": -1}), json!({"exp": 1e308}), json!({"exp": 18446744073709551621.0}), json!({"exp": "1"}), json!({"exp": 1.5})]
+        {
+            assert!(bad_time_claim(&bad), "{bad}");
+        }
+        assert!(bad_time_claim(&json!({"exp": 1, "nbf": 1e308})));
+        assert!(bad_time_claim(&json!({"exp": 1, "nbf": null})));
+        for good in [json!({"exp": 1}), json!({"exp": u64::MAX, "nbf": 0}), json!({"sub": "x"})] {
+            assert!(!bad_time_claim(&good), "{good}");
+        }
+        let token = format!("{}.{}.c2ln", b64(r#"{"alg":"RS256"}"#), b64(r#"{"exp":-1}"#));
+        assert_eq!(payload(&token), Some(json!({"exp": -1})));
+        assert_eq!(payload("a.%%.c"), None);
     }
 
     #[test]

@@ -122,6 +122,14 @@ async fn every_bad_token_is_a_403_with_its_code_and_no_store() {
     sig[10] ^= 0x01;
     let tampered_signature = format!("{}.{}.{}", parts[0], parts[1], b64(&sig));
     let unknown = Key { id: SigningKeyId::generate(), private_pem: key.private_pem.clone(), public_pem: String::new() };
+    // Correctly signed, with an `exp` (and `nbf`) that is present but no NumericDate.
+    let raw = |exp: serde_json::Value, nbf: Option<serde_json::Value>| {
+        let mut c = serde_json::json!({"sub": w.signed.as_str(), "aud": "v", "exp": exp});
+        if let Some(nbf) = nbf {
+            c["nbf"] = nbf;
+        }
+        sign_raw(&key, serde_json::json!({"alg": "RS256", "typ": "JWT"}), c)
+    };
     let cases: Vec<(&str, String, &str)> = vec![
         ("alg none", none, "token_algorithm_not_allowed"),
         ("HS256 with the public key as the secret", hs256, "token_algorithm_not_allowed"),
@@ -141,6 +149,11 @@ async fn every_bad_token_is_a_403_with_its_code_and_no_store() {
             "token_missing_claim",
         ),
         ("a tampered payload", tampered_payload, "token_bad_signature"),
+        ("exp -1", raw(serde_json::json!(-1), None), "token_malformed"),
+        ("exp 1e308", raw(serde_json::json!(1e308), None), "token_malformed"),
+        ("exp 2^64 + 5", raw(serde_json::json!(18446744073709551621.0), None), "token_malformed"),
+        ("exp a string", raw(serde_json::json!("4102444800"), None), "token_malformed"),
+        ("nbf 1e308", raw(serde_json::json!(now() + 300), Some(serde_json::json!(1e308))), "token_malformed"),
         ("a tampered signature", tampered_signature, "token_bad_signature"),
         ("malformed", "not-a-jwt".into(), "token_malformed"),
         ("malformed parts", format!("{}.e30.", b64(b"[]")), "token_malformed"),
