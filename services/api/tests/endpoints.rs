@@ -323,3 +323,28 @@ async fn the_openapi_document_describes_the_rules() {
         }
     }
 }
+
+/// The answers carrying a one-time signing secret (create, `:rotate-secret`)
+/// are `Cache-Control: no-store`, so no cache keeps the secret; a plain GET is not.
+#[tokio::test]
+async fn answers_with_a_secret_are_no_store() {
+    let api = TestApi::start(&[]).await;
+    let http = api.client().http().clone();
+    let post = |path: String, body: Value| http.post(format!("{}{path}", api.url)).bearer_auth(&api.key).json(&body).send();
+    let resp = post("/webhook-endpoints".into(), json!({ "url": URL_A })).await.unwrap();
+    assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers().get("cache-control").and_then(|v| v.to_str().ok()), Some("no-store"), "create");
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["secret"].as_str().is_some_and(|s| !s.is_empty()), "{body}");
+    let id = body["id"].as_str().unwrap().to_owned();
+
+    let resp = post(format!("/webhook-endpoints/{id}:rotate-secret"), Value::Null).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("cache-control").and_then(|v| v.to_str().ok()), Some("no-store"), "rotate-secret");
+    let rotated: Value = resp.json().await.unwrap();
+    assert!(rotated["secret"].as_str().is_some_and(|s| s != body["secret"]), "{rotated}");
+
+    let resp = http.get(format!("{}/webhook-endpoints/{id}", api.url)).bearer_auth(&api.key).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_ne!(resp.headers().get("cache-control").and_then(|v| v.to_str().ok()), Some("no-store"), "GET shows no secret");
+}

@@ -32,6 +32,7 @@ async fn a_key_is_shown_once_stored_public_only_listed_and_deleted() {
 
     let resp = client.http().post(format!("{}/signing-keys", api.url)).bearer_auth(&api.key).send().await.unwrap();
     assert_eq!(resp.status(), 201);
+    assert_eq!(resp.headers().get("cache-control").and_then(|v| v.to_str().ok()), Some("no-store"), "the private key is not cached");
     let location = resp.headers().get("location").unwrap().to_str().unwrap().to_owned();
     let first: vid_core::signing::CreatedSigningKey = resp.json().await.unwrap();
     assert_eq!(location, format!("/signing-keys/{}", first.id));

@@ -84,7 +84,12 @@ async fn rotate_secret(state: web::Data<AppState>, tenant: Tenant, path: web::Pa
     if endpoints::rotate_secret(&mut conn, &tenant.id, &id, &sealed, expires).await? == 0 {
         return Err(ApiError::NotFound("webhook endpoint"));
     }
-    Ok(HttpResponse::Ok().json(RotatedSecret { id, secret: secret.as_str().to_owned(), previous_secret_expires_at: expires }))
+    // A one-time secret: no cache may keep it (RFC 9111 §5.2.2.5).
+    Ok(HttpResponse::Ok().insert_header(("Cache-Control", "no-store")).json(RotatedSecret {
+        id,
+        secret: secret.as_str().to_owned(),
+        previous_secret_expires_at: expires,
+    }))
 }
 
 /// `POST /webhook-endpoints/{id}:enable` → `200` with the endpoint.

@@ -124,7 +124,11 @@ async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::
     };
     let row = store::insert(&mut conn, &new).await?;
     let created = CreatedEndpoint { endpoint: row.into_endpoint(), secret: secret.as_str().to_owned() };
-    Ok(HttpResponse::Created().insert_header(("Location", format!("/webhook-endpoints/{id}"))).json(created))
+    // A one-time secret: no cache may keep it (RFC 9111 §5.2.2.5).
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/webhook-endpoints/{id}")))
+        .insert_header(("Cache-Control", "no-store"))
+        .json(created))
 }
 
 /// The tenant's endpoint, unless deleted; else 404 `not_found`.

@@ -68,7 +68,11 @@ pub async fn create_signing_key(state: web::Data<AppState>, tenant: Tenant) -> A
     let mut conn = state.db.get().await?;
     let row = store::insert(&mut conn, &tenant.id, &id, &public_key).await?;
     let created = CreatedSigningKey { id: row.id, private_key, created_at: row.created_at };
-    Ok(HttpResponse::Created().insert_header(("Location", format!("/signing-keys/{id}"))).json(created))
+    // A one-time secret: no cache may keep it (RFC 9111 §5.2.2.5).
+    Ok(HttpResponse::Created()
+        .insert_header(("Location", format!("/signing-keys/{id}")))
+        .insert_header(("Cache-Control", "no-store"))
+        .json(created))
 }
 
 /// The query of `GET /signing-keys`: `limit` and `cursor`, nothing else.
