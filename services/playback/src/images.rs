@@ -195,10 +195,13 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                 Some(q) if vtt => Bytes::from(with_token_vtt(&object.body, q)),
                 Some(q) => Bytes::from(with_token_json(&object.body, q)?),
             };
-            let mut res = HttpResponse::Ok();
-            res.insert_header((header::CACHE_CONTROL, cache_control));
+            // The stored object's ETag; `-m` when the token was written in (as manifests).
+            let etag = match forward {
+                None => object.etag.clone(),
+                Some(_) => object.etag.as_deref().map(|t| format!("\"{}-m\"", t.trim_start_matches("W/").trim_matches('"'))),
+            };
             let content_type = if vtt { "text/vtt; charset=utf-8" } else { "application/json" };
-            Ok(res.content_type(content_type).body(body))
+            crate::routes::conditional_body(&req, cache_control, etag.as_deref(), content_type, body)
         }
         ImageFile::Thumbnail => {
             let q = query.expect("parsed above");

@@ -179,7 +179,8 @@ enum ManifestKind {
 /// Serves manifest `key` with its URIs mapped by `mapper`; the object comes
 /// from the manifest cache or storage. `ETag`: the stored object's, plus
 /// `-m` when the body was rewritten (the rewrite depends on the URL only,
-/// so every replica derives the same tag); `If-None-Match` → `304`.
+/// so every replica derives the same tag); `If-None-Match` → `304`,
+/// `If-Match` not matching → `412` ([`conditional_body`]).
 async fn manifest(
     req: &HttpRequest,
     state: &AppState,
@@ -200,13 +201,29 @@ async fn manifest(
         let etag = object.etag.as_deref().map(|t| format!("\"{}-m\"", t.trim_start_matches("W/").trim_matches('"')));
         (bytes::Bytes::from(mapped), etag)
     };
-    let not_modified = match (&etag, req.headers().get(header::IF_NONE_MATCH)) {
-        (Some(tag), Some(inm)) => etag_matches(inm, tag),
-        _ => false,
-    };
+    let cache_control = crate::token::cache_control(req, &state.manifest_cache_control).into_owned();
+    conditional_body(req, cache_control, etag.as_deref(), content_type, body)
+}
+
+/// A `200` of an in-memory `body` tagged `etag`, after the request's
+/// preconditions (RFC 9110 §13.2.2, [`crate::conditional::Conditions`]):
+/// `If-Match` not matching → `412` (`PreconditionFailed`), `If-None-Match`
+/// matching → `304` (with the `ETag` and `Cache-Control`).
+pub fn conditional_body(
+    req: &HttpRequest,
+    cache_control: String,
+    etag: Option<&str>,
+    content_type: &'static str,
+    body: bytes::Bytes,
+) -> Result<HttpResponse, PlaybackError> {
+    let verdict = crate::conditional::Conditions::from_headers(req.headers()).evaluate(etag, None);
+    if verdict == crate::conditional::Verdict::PreconditionFailed {
+        return Err(PlaybackError::PreconditionFailed);
+    }
+    let not_modified = verdict == crate::conditional::Verdict::NotModified;
     let mut res = if not_modified { HttpResponse::NotModified() } else { HttpResponse::Ok() };
-    res.insert_header((header::CACHE_CONTROL, crate::token::cache_control(req, &state.manifest_cache_control).into_owned()));
-    if let Some(tag) = etag.as_deref().and_then(|t| HeaderValue::from_str(t).ok()) {
+    res.insert_header((header::CACHE_CONTROL, cache_control));
+    if let Some(tag) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
         res.insert_header((header::ETAG, tag));
     }
     if not_modified {

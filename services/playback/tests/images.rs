@@ -229,6 +229,20 @@ async fn bad_thumbnail_parameters_are_problems_and_the_other_images_are_served_a
         assert_eq!(signed.status, 403, "{file} of a signed ID without a token");
         assert_eq!(get(&pb.at(&format!("/play/{}/{file}", w.no_stream))).await.status, 404, "{file} of a video without a stream");
     }
+    // The storyboard indexes and the manifests carry the stored ETag and honour the preconditions.
+    let settings: vid_playback::Settings = vid_testkit::settings(&[("database.url", w.db.as_str())]);
+    let s3 = vid_infra::storage::client(&settings.s3);
+    let stored = s3.head_object().bucket(&w.bucket).key(format!("{}storyboard.vtt", w.prefix)).send().await.unwrap();
+    let vtt = pb.at(&format!("/play/{}/storyboard.vtt", w.public));
+    assert_eq!(get(&vtt).await.etag, stored.e_tag().unwrap(), "storyboard.vtt");
+    let with = |url: &str, name: &'static str, value: &str| http().get(url).header(name, value).send();
+    assert_eq!(with(&vtt, "if-none-match", stored.e_tag().unwrap()).await.unwrap().status(), 304);
+    assert_eq!(with(&vtt, "if-match", "\"nope\"").await.unwrap().status(), 412);
+    let master = pb.at(&format!("/play/{}.m3u8", w.public));
+    let tag = get(&master).await.etag;
+    assert!(!tag.is_empty());
+    assert_eq!(with(&master, "if-match", &tag).await.unwrap().status(), 200, "the manifest's own ETag");
+    assert_eq!(with(&master, "if-match", "\"nope\"").await.unwrap().status(), 412, "a manifest honours If-Match");
     for bad in ["Poster.jpg", "thumbnail.webp", "frames", "storyboard.jpeg"] {
         assert_eq!(get(&pb.at(&format!("/play/{}/{bad}", w.public))).await.status, 404, "{bad}");
     }
