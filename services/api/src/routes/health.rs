@@ -57,7 +57,9 @@ async fn healthz() -> HttpResponse {
     ),
 )]
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let ready = vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket)).await;
+    let ready =
+        vid_infra::readiness::check(vid_db::ping(&state.db), vid_infra::readiness::bucket_answers(&state.s3, &state.settings.s3.bucket))
+            .await;
     if ready.is_ready() {
         HttpResponse::Ok().json(ready)
     } else {

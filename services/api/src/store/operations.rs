@@ -216,7 +216,14 @@ pub async fn job_source(conn: &mut Conn, id: &OperationId) -> QueryResult<JobSou
         .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
         .inner_join(uploads::table.on(uploads::id.eq(videos::upload_id)))
         .filter(operations::id.eq(id))
-        .select((operations::video_id, operations::tenant_id, videos::source_key, uploads::size_bytes, videos::mp4_support, videos::poster_time))
+        .select((
+            operations::video_id,
+            operations::tenant_id,
+            videos::source_key,
+            uploads::size_bytes,
+            videos::mp4_support,
+            videos::poster_time,
+        ))
         .first(conn)
         .await
 }

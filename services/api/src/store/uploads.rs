@@ -9,8 +9,8 @@ use diesel::prelude::*;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
 use vid_core::messages::Mp4Support;
-use vid_core::playback::PlaybackPolicy;
 use vid_core::operation::OperationStatus;
+use vid_core::playback::PlaybackPolicy;
 use vid_core::upload::UploadStatus;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
 use vid_db::schema::{operations, tenants, upload_client_tokens, uploads};
@@ -297,7 +297,13 @@ pub async fn by_client_token(
 
 /// The `cors_origin` of an upload (any tenant's: a preflight carries no credentials).
 pub async fn cors_origin_of_upload(conn: &mut Conn, id: &UploadId) -> QueryResult<Option<String>> {
-    uploads::table.filter(uploads::id.eq(id)).select(uploads::cors_origin).first::<Option<String>>(conn).await.optional().map(Option::flatten)
+    uploads::table
+        .filter(uploads::id.eq(id))
+        .select(uploads::cors_origin)
+        .first::<Option<String>>(conn)
+        .await
+        .optional()
+        .map(Option::flatten)
 }
 
 /// The `cors_origin` of the upload that became operation `id`.
