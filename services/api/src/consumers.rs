@@ -204,7 +204,11 @@ pub async fn apply_report(state: &AppState, report: &TranscodeReport) -> anyhow:
 /// Applies one ingest report: progress → [`Transition::Download`], the
 /// source stored → [`Transition::SourceReady`] (which queues the transcode
 /// job), a failure → `Finish(Failed)` with the worker's problem. A source
-/// stored for an operation that ended meanwhile (cancelled) is deleted.
+/// stored for an operation that ended while still awaiting it (cancelled
+/// during the download) is deleted; a duplicate or late `downloaded` report
+/// for an operation that already had its source (processing, or ended
+/// after it: the video may be ready) deletes nothing, since that object is
+/// the video's source.
 pub async fn apply_ingest_report(state: &AppState, report: &IngestReport) -> anyhow::Result<()> {
     let transition = match &report.kind {
         IngestReportKind::Progress { bytes_downloaded, total_bytes } => {
@@ -218,7 +222,7 @@ pub async fn apply_ingest_report(state: &AppState, report: &IngestReport) -> any
     let mut conn = state.db.get().await?;
     let applied = operation::apply(&mut conn, &state.outbox, &report.operation_id, transition).await?;
     if let (IngestReportKind::Downloaded { .. }, Applied::AlreadyTerminal(status)) = (&report.kind, &applied) {
-        let video = crate::store::ingests::source_key_of(&mut conn, &report.operation_id).await?;
+        let video = crate::store::ingests::unclaimed_source_key_of(&mut conn, &report.operation_id).await?;
         if let Some(key) = video {
             tracing::info!(operation_id = %report.operation_id, status = status.as_str(), "deleting the source of an ingest that ended first");
             let _ = crate::storage::delete_object(state, &key).await;

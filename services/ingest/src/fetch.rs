@@ -53,7 +53,7 @@ pub struct Fetcher {
     observer: Option<ConnectObserver>,
 }
 
-/// An answer with a 2xx status whose body is still to be read.
+/// A `200 OK` answer whose body is still to be read.
 pub struct Source {
     response: reqwest::Response,
     /// The URL that answered (after redirects).
@@ -92,7 +92,9 @@ impl Fetcher {
         self
     }
 
-    /// Follows `url` (and its redirects) to a 2xx answer. Errors: the
+    /// Follows `url` (and its redirects) to a `200 OK` answer; any other
+    /// final status (`206 Partial Content` included: only the whole
+    /// representation is a source, RFC 9110 §15.3.7) is `HttpStatus`. Errors: the
     /// guard's refusal ([`IngestError::Refused`], nothing contacted for that
     /// target), `Unreachable`, `Timeout`, `HttpStatus`, `TooManyRedirects`,
     /// `BadRedirect`, `BrokenHttp`.
@@ -110,15 +112,19 @@ impl Fetcher {
                     return Err(IngestError::TooManyRedirects { max: self.limits.max_redirects });
                 }
                 redirects += 1;
-                let location = location.to_str().map_err(|_| IngestError::BadRedirect("Location is not ASCII".into()))?;
-                let mut next = url.url().join(location).map_err(|e| IngestError::BadRedirect(format!("`{location}`: {e}")))?;
+                let location =
+                    location.to_str().map_err(|_| IngestError::BadRedirect(format!("{}: the Location is not ASCII", url.host_str())))?;
+                let mut next = url.url().join(location).map_err(|e| {
+                    tracing::warn!(from = %url, location, error = %e, "a redirect's Location is not a URL");
+                    IngestError::BadRedirect(format!("{}: the Location is not a URL", url.host_str()))
+                })?;
                 // A fragment is never sent to a server (RFC 9110 §10.2.2 lets it ride along): drop it.
                 next.set_fragment(None);
                 tracing::info!(from = %url, to = %next, status = status.as_u16(), "following a redirect");
                 url = WebhookUrl::parse(next.as_str(), &self.policy).map_err(IngestError::Refused)?;
                 continue;
             }
-            if !status.is_success() {
+            if status != reqwest::StatusCode::OK {
                 return Err(IngestError::HttpStatus { status: status.as_u16() });
             }
             let content_type = response
@@ -135,7 +141,10 @@ impl Fetcher {
     /// One GET to `url`, connecting only to its checked addresses.
     async fn request(&self, url: &WebhookUrl) -> Result<reqwest::Response, IngestError> {
         let addrs = resolve_checked(url, &self.policy, &*self.resolver).await.map_err(|e| match e {
-            UrlError::DnsFailed { .. } | UrlError::NoAddresses { .. } => IngestError::Unreachable(e.to_string()),
+            UrlError::DnsFailed { .. } | UrlError::NoAddresses { .. } => {
+                tracing::warn!(url = %url, error = %error_chain(&e), "the source's host did not resolve");
+                IngestError::Unreachable(format!("{} did not resolve", url.host_str()))
+            }
             other => IngestError::Refused(other),
         })?;
         if let Some(observe) = &self.observer {
@@ -152,7 +161,10 @@ impl Fetcher {
         if let WebhookHost::Domain(name) = url.host() {
             builder = builder.resolve_to_addrs(name, &addrs);
         }
-        let client = builder.build().map_err(|e| IngestError::Unreachable(format!("building the HTTP client: {e}")))?;
+        let client = builder.build().map_err(|e| {
+            tracing::error!(error = %error_chain(&e), "building the HTTP client failed");
+            IngestError::Unreachable(format!("{}: the request could not be prepared", url.host_str()))
+        })?;
         let send = client.get(url.url().clone()).send();
         match tokio::time::timeout(self.limits.connect_timeout + self.limits.idle_timeout, send).await {
             Err(_) => Err(IngestError::Timeout(format!("no answer from {} within {:?}", url.host_str(), self.limits.idle_timeout))),
@@ -162,15 +174,19 @@ impl Fetcher {
     }
 }
 
-/// Maps a reqwest error of a request to its class.
+/// Maps a reqwest error of a request to its class. The operation-visible
+/// detail names the host only (no path, no query string: a presigned URL's
+/// signature stays out of the operation); the whole error chain (OS error
+/// text, the URL) is logged.
 fn request_error(url: &WebhookUrl, e: reqwest::Error) -> IngestError {
-    let detail = format!("{}: {}", url.host_str(), error_chain(&e));
+    tracing::warn!(url = %url, error = %error_chain(&e), "the request to the source failed");
+    let host = url.host_str();
     if e.is_timeout() {
-        IngestError::Timeout(detail)
+        IngestError::Timeout(format!("no answer from {host}"))
     } else if e.is_connect() {
-        IngestError::Unreachable(detail)
+        IngestError::Unreachable(format!("could not connect to {host}"))
     } else {
-        IngestError::BrokenHttp(detail)
+        IngestError::BrokenHttp(format!("{host} answered unreadable HTTP"))
     }
 }
 
@@ -195,7 +211,10 @@ impl Source {
             Ok(Err(e)) if e.is_timeout() => {
                 Err(IngestError::Timeout(format!("no bytes from {} for {:?}", self.url.host_str(), self.idle_timeout)))
             }
-            Ok(Err(e)) => Err(IngestError::Unreachable(format!("the connection to {} broke: {}", self.url.host_str(), error_chain(&e)))),
+            Ok(Err(e)) => {
+                tracing::warn!(url = %self.url, error = %error_chain(&e), "the connection to the source broke");
+                Err(IngestError::Unreachable(format!("the connection to {} broke", self.url.host_str())))
+            }
             Ok(Ok(chunk)) => Ok(chunk),
         }
     }

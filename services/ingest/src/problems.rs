@@ -17,7 +17,8 @@ pub enum IngestError {
     /// connection, or the TLS handshake or the connection failed.
     #[error("the source is unreachable: {0}")]
     Unreachable(String),
-    /// The source answered a status other than 2xx (or 3xx with a `Location`).
+    /// The source answered a status other than `200 OK` (or 3xx with a
+    /// `Location`); `206 Partial Content` is one of them.
     #[error("the source answered HTTP {status}")]
     HttpStatus {
         /// The status it answered.
@@ -71,9 +72,30 @@ impl IngestError {
         }
     }
 
+    /// The operation-visible `detail`: names the host at most, never an
+    /// address a name resolved to, a path, a query string (a presigned
+    /// URL's signature) or OS/SDK error text; those go to the log only (the
+    /// worker logs [`Display`](std::fmt::Display) and each failing site logs its cause).
+    /// `Unreachable`, `Timeout`, `BrokenHttp` and `BadRedirect` carry such
+    /// host-only text by construction (`fetch.rs`).
+    pub fn public_detail(&self) -> String {
+        match self {
+            IngestError::Refused(UrlError::BlockedAddress { host: Some(host), .. }) => {
+                format!("`{host}` resolves to an address ingests may not fetch from (only globally routable addresses)")
+            }
+            IngestError::Refused(UrlError::DnsFailed { host, .. }) => format!("{host} did not resolve"),
+            IngestError::Refused(e) => {
+                e.to_string().replace("webhooks may only target", "ingests may only fetch from").replace("webhook URLs", "ingest URLs")
+            }
+            IngestError::Storage(_) => "storing the source failed".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
     /// The problem the operation fails with (RFC 9457): status and title
-    /// as registered in the api; `source_http_error` from a status carries
-    /// it as the extension member `source_status`.
+    /// as registered in the api, `detail` from [`public_detail`](Self::public_detail);
+    /// `source_http_error` from a status carries it as the extension member
+    /// `source_status`.
     pub fn problem(&self) -> Problem {
         let (status, title) = match self {
             IngestError::Refused(_) => (422, "Request refused"),
@@ -85,8 +107,7 @@ impl IngestError {
             IngestError::Empty => (422, "Source empty"),
             IngestError::Storage(_) => (503, "Storage failed"),
         };
-        let detail = self.to_string().replace("webhooks may only target", "ingests may only fetch from");
-        let problem = Problem::new(status, self.code(), title).with_detail(detail);
+        let problem = Problem::new(status, self.code(), title).with_detail(self.public_detail());
         match self {
             IngestError::HttpStatus { status } => problem.with_extension("source_status", status),
             _ => problem,
@@ -107,5 +128,20 @@ mod tests {
         let p = IngestError::Refused(refused).problem();
         assert_eq!((p.code.as_str(), p.status), ("blocked_address", 422));
         assert!(p.detail.unwrap().contains("ingests may only fetch from"));
+    }
+
+    #[tokio::test]
+    async fn details_name_the_host_but_not_its_resolved_address_nor_storage_internals() {
+        let policy = vid_netguard::UrlPolicy::default();
+        let url = vid_netguard::WebhookUrl::parse("https://media.example.com/clip.mp4?X-Amz-Signature=secret", &policy).unwrap();
+        let resolver = vid_netguard::StaticResolver::new().with("media.example.com", ["10.9.8.7".parse().unwrap()]);
+        let refused = vid_netguard::resolve_checked(&url, &policy, &resolver).await.unwrap_err();
+        assert!(refused.to_string().contains("10.9.8.7"), "the guard's own text names the address: {refused}");
+        let p = IngestError::Refused(refused).problem();
+        let detail = p.detail.unwrap();
+        assert_eq!(p.code, "blocked_address");
+        assert!(detail.contains("media.example.com") && !detail.contains("10.9.8.7") && !detail.contains("Signature"), "{detail}");
+        let p = IngestError::Storage("UploadPart: dispatch failure: io error: connection refused (10.0.0.5:3900)".into()).problem();
+        assert_eq!(p.detail.as_deref(), Some("storing the source failed"));
     }
 }

@@ -3,9 +3,18 @@
 //!
 //! Invariants:
 //! - a job is acked only after its final report (`downloaded` or `failed`)
-//!   was confirmed by the broker; if that publish fails the job is requeued
-//!   and downloaded again (the object at `source_key` is simply rewritten);
-//! - a failed download leaves nothing in storage (AbortMultipartUpload);
+//!   was confirmed by the broker; if that publish fails the job is requeued;
+//! - a source is never written twice: before downloading, and again before
+//!   completing its multipart upload, the worker asks storage (S3
+//!   HeadObject) whether `source_key` already exists (an earlier delivery
+//!   of the same job stored it: its report was confirmed but the ack lost,
+//!   or the report was not confirmed). If it does, nothing is downloaded
+//!   (or the new upload is aborted) and the `downloaded` report is sent
+//!   again from the stored object's size and media type; the api ignores
+//!   it unless the operation still awaits its source;
+//! - a failed download leaves nothing in storage (AbortMultipartUpload), a
+//!   total timeout included: the deadline is checked inside the download,
+//!   where the multipart upload is in hand;
 //! - at most `concurrency` downloads run per process (the prefetch), each
 //!   holding about two parts in memory;
 //! - on shutdown the downloads in hand are dropped unacked, so RabbitMQ
@@ -162,9 +171,13 @@ async fn handle(ctx: &Shared, publisher: &Publisher, queue: &str, delivery: lapi
     let started = Instant::now();
     let reporter = Reporter { ctx, publisher, job: &job };
     let total = Duration::from_secs(ctx.settings.ingest_worker.total_timeout_seconds);
-    let outcome = match tokio::time::timeout(total, ingest(ctx, &job, &reporter)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(IngestError::Timeout(format!("the download took longer than {total:?}"))),
+    let outcome = match stored(ctx, &job.source_key).await {
+        Ok(Some(found)) => {
+            tracing::warn!(operation_id = %job.operation_id, "the source is already stored (an earlier delivery of this job): not downloading it again");
+            Ok(found)
+        }
+        Ok(None) => ingest(ctx, &job, &reporter, tokio::time::Instant::now() + total).await,
+        Err(e) => Err(e),
     };
     let (kind, label) = match outcome {
         Ok((size_bytes, content_type)) => {
@@ -212,17 +225,49 @@ impl Reporter<'_> {
     }
 }
 
-/// Opens the source, streams it into storage within the size limit,
-/// reporting progress; returns the size and the media type.
-async fn ingest(ctx: &Shared, job: &IngestJob, reporter: &Reporter<'_>) -> Result<(u64, String), IngestError> {
-    let mut source = ctx.fetcher.open(&job.source_url).await?;
+/// The size and media type of the object at `key` if it exists (S3
+/// HeadObject), else `None`. Errors: storage unreachable
+/// (`ingest_storage_failed`).
+async fn stored(ctx: &Shared, key: &str) -> Result<Option<(u64, String)>, IngestError> {
+    match ctx.s3.head_object().bucket(&ctx.settings.s3.bucket).key(key).send().await {
+        Ok(out) => {
+            let size = out.content_length().unwrap_or(0).max(0) as u64;
+            Ok(Some((size, out.content_type().unwrap_or("application/octet-stream").to_owned())))
+        }
+        Err(e) if e.as_service_error().map(|s| s.is_not_found()).unwrap_or(false) => Ok(None),
+        Err(e) => Err(IngestError::Storage(format!("HeadObject: {}", aws_sdk_s3::error::DisplayErrorContext(e)))),
+    }
+}
+
+/// `fut`, or `source_timeout` once `deadline` (the job's total timeout) has passed.
+async fn within<T>(
+    deadline: tokio::time::Instant,
+    fut: impl std::future::Future<Output = Result<T, IngestError>>,
+) -> Result<T, IngestError> {
+    match tokio::time::timeout_at(deadline, fut).await {
+        Ok(result) => result,
+        Err(_) => Err(IngestError::Timeout("the download took longer than the total timeout".to_owned())),
+    }
+}
+
+/// Opens the source, streams it into storage within the size limit and
+/// before `deadline`, reporting progress; returns the size and the media
+/// type. Every failure after CreateMultipartUpload aborts the upload (the
+/// deadline is checked here, not by dropping this future).
+async fn ingest(
+    ctx: &Shared,
+    job: &IngestJob,
+    reporter: &Reporter<'_>,
+    deadline: tokio::time::Instant,
+) -> Result<(u64, String), IngestError> {
+    let mut source = within(deadline, ctx.fetcher.open(&job.source_url)).await?;
     let limit = job.max_size_bytes;
     if let Some(announced) = source.content_length.filter(|n| *n > limit) {
         tracing::info!(announced, limit, "Content-Length above the limit: refused before reading");
         return Err(IngestError::TooLarge { limit });
     }
     // The first bytes decide the media type (declared > sniffed > header > first allowed).
-    let first = source.chunk().await?.unwrap_or_default();
+    let first = within(deadline, source.chunk()).await?.unwrap_or_default();
     if first.is_empty() {
         return Err(IngestError::Empty);
     }
@@ -238,7 +283,7 @@ async fn ingest(ctx: &Shared, job: &IngestJob, reporter: &Reporter<'_>) -> Resul
     let mut writer =
         MultipartWriter::start(ctx.s3.clone(), bucket, &job.source_key, &content_type, ctx.settings.ingest_worker.part_size_bytes).await?;
     let interval = Duration::from_millis(ctx.settings.ingest_worker.progress_interval_ms);
-    let streamed = async {
+    let streamed = within(deadline, async {
         let mut chunk = Some(first);
         let mut last_report = Instant::now();
         while let Some(bytes) = chunk {
@@ -256,10 +301,20 @@ async fn ingest(ctx: &Shared, job: &IngestJob, reporter: &Reporter<'_>) -> Resul
             chunk = source.chunk().await?;
         }
         Ok(())
-    }
+    })
     .await;
+    let streamed = match streamed {
+        // Another delivery of the same job may have finished first: keep its object.
+        Ok(()) => stored(ctx, &job.source_key).await,
+        Err(e) => Err(e),
+    };
     match streamed {
-        Ok(()) => Ok((writer.finish().await?, content_type)),
+        Ok(None) => Ok((writer.finish().await?, content_type)),
+        Ok(Some(found)) => {
+            tracing::warn!(operation_id = %job.operation_id, "the source was stored meanwhile by another delivery of this job: aborting this upload");
+            writer.abort().await;
+            Ok(found)
+        }
         Err(e) => {
             writer.abort().await;
             Err(e)

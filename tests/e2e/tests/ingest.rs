@@ -12,8 +12,14 @@
 //!   connection; the loopback server sees only the first request), a 6th
 //!   redirect, a body over `max_size_bytes` (announced, unannounced with
 //!   close-delimited framing, chunked), a stall (idle timeout 3 s in the test
-//!   profile), a 404, and a file that is not a video (the probe's
-//!   `unsupported_container`).
+//!   profile), a source trickling past the total timeout (6 s here; its
+//!   multipart upload is aborted: none is left under its key), a 404, a
+//!   `206 Partial Content` (only 200 is a whole source), and a file that is
+//!   not a video (the probe's `unsupported_container`);
+//! - after success, the same `IngestJob` published again is not downloaded
+//!   again (the worker finds the stored source) and the same `downloaded`
+//!   report published again deletes nothing: the source object stays and the
+//!   video stays ready.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,6 +47,8 @@ enum Answer {
     Chunked(u64),
     /// 200 head, 1 byte, then nothing for a minute.
     Stall,
+    /// 200 with a Content-Length of 100, one byte a second (never idle).
+    Trickle,
 }
 
 /// A raw HTTP/1.1 server on 127.0.0.1 recording every path asked for.
@@ -131,8 +139,67 @@ async fn serve(sock: &mut tokio::net::TcpStream, answer: Answer) -> std::io::Res
             sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n\0").await?;
             tokio::time::sleep(Duration::from_secs(60)).await;
         }
+        Answer::Trickle => {
+            sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n").await?;
+            for _ in 0..100 {
+                sock.write_all(b"\0").await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
     }
     sock.shutdown().await
+}
+
+/// One row of `sql` against the stack's database (`psql -At`, fields split on `|`).
+fn psql_row(stack: &Stack, sql: &str) -> Vec<String> {
+    let out = std::process::Command::new("psql").args([stack.database_url.as_str(), "-Atc", sql]).output().expect("psql runs");
+    assert!(out.status.success(), "psql failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().split('|').map(str::to_owned).collect()
+}
+
+/// The ingest job of operation `op` as the api staged it, rebuilt from the
+/// database (`operations`, `videos`, `uploads`).
+fn ingest_job_of(stack: &Stack, op: &str) -> vid_core::ingest::IngestJob {
+    assert!(op.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "not an id: {op}");
+    let row = psql_row(
+        stack,
+        &format!(
+            "SELECT o.video_id, v.upload_id, v.tenant_id, u.source_url, v.source_key FROM operations o \
+             JOIN videos v ON v.id = o.video_id JOIN uploads u ON u.id = v.upload_id WHERE o.id = '{op}'"
+        ),
+    );
+    let [video_id, upload_id, tenant_id, source_url, source_key] = row.as_slice() else { panic!("no ingest {op}: {row:?}") };
+    serde_json::from_value(serde_json::json!({
+        "operation_id": op, "video_id": video_id, "upload_id": upload_id, "tenant_id": tenant_id,
+        "source_url": source_url, "source_key": source_key, "max_size_bytes": 64 * 1024 * 1024,
+        "content_type": null, "allowed_content_types": ["video/mp4"],
+    }))
+    .expect("an IngestJob")
+}
+
+/// Polls `what` (a service's log) until `pred` holds for it, for up to 60 s.
+async fn wait_log(stack: &Stack, service: &str, what: &str, pred: impl Fn(&str) -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !pred(&stack.log_of(service)) {
+        assert!(std::time::Instant::now() < deadline, "{service} never logged {what}; logs in {}", stack.log_dir().display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Ingest reports the api acked (applied or ignored): its `amqp_messages_consumed_total{queue, outcome="ack"}`.
+async fn reports_acked(stack: &Stack) -> f64 {
+    let page = reqwest::get(format!("{}/metrics", stack.api_url)).await.unwrap().text().await.unwrap();
+    let queue = vid_infra::amqp::Topology::new(stack.env_value("VID__AMQP__PREFIX").expect("set by Stack::start")).ingest_reports();
+    vid_e2e::metric_value(&page, "amqp_messages_consumed_total", &[("queue", queue.as_str()), ("outcome", "ack")])
+}
+
+/// Polls [`reports_acked`] until it reaches `at_least`, for up to 60 s.
+async fn wait_acked(stack: &Stack, at_least: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while reports_acked(stack).await < at_least {
+        assert!(std::time::Instant::now() < deadline, "the api never took the report; logs in {}", stack.log_dir().display());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 async fn ingest(stack: &Stack, body: serde_json::Value) -> Result<Operation, vid_core::Problem> {
@@ -164,10 +231,12 @@ async fn ingests_from_a_url_and_refuses_what_the_guard_refuses() {
     routes.insert("/unannounced".into(), Answer::Unannounced(1024 * 1024));
     routes.insert("/chunked".into(), Answer::Chunked(1024 * 1024));
     routes.insert("/stall".into(), Answer::Stall);
+    routes.insert("/trickle".into(), Answer::Trickle);
+    routes.insert("/partial".into(), Answer::Status(206));
     routes.insert("/text.mp4".into(), Answer::Body(Arc::new(b"this is not a video, just some text\n".repeat(100))));
     let server = SourceServer::start(routes).await;
 
-    let stack = Stack::start(&[]).await;
+    let stack = Stack::start(&[("VID__INGEST_WORKER__TOTAL_TIMEOUT_SECONDS", "6")]).await;
     let client = stack.client();
 
     // Refused up front: 422 with the guard's code, nothing created.
@@ -215,7 +284,9 @@ async fn ingests_from_a_url_and_refuses_what_the_guard_refuses() {
         ("/unannounced", "source_too_large"),
         ("/chunked", "source_too_large"),
         ("/stall", "source_timeout"),
+        ("/trickle", "source_timeout"),
         ("/missing", "source_http_error"),
+        ("/partial", "source_http_error"),
         ("/text.mp4", "unsupported_container"),
     ];
     let mut ops = Vec::new();
@@ -240,10 +311,54 @@ async fn ingests_from_a_url_and_refuses_what_the_guard_refuses() {
         assert_eq!(op.status, OperationStatus::Failed, "{path}");
         let error = op.error.expect("error");
         assert_eq!(error.code, code, "{path}: {:?}", error.detail);
-        if path == "/missing" {
-            assert_eq!(error.extensions.get("source_status"), Some(&serde_json::json!(404)));
+        if path == "/missing" || path == "/partial" {
+            let status = if path == "/missing" { 404 } else { 206 };
+            assert_eq!(error.extensions.get("source_status"), Some(&serde_json::json!(status)), "{path}");
+        }
+        let detail = error.detail.unwrap_or_default();
+        assert!(
+            code == "unsupported_container" || !detail.contains(path) && !detail.contains("127.0.0.1:"),
+            "{path}: the detail names the host only: {detail}"
+        );
+        if path == "/trickle" {
+            // The total timeout aborted the multipart upload (S3 ListMultipartUploads).
+            let key = ingest_job_of(&stack, id.as_str()).source_key;
+            let (s3, bucket) = vid_e2e::media_bucket();
+            let open = s3.list_multipart_uploads().bucket(&bucket).prefix(&key).send().await.expect("ListMultipartUploads");
+            assert!(open.uploads().is_empty(), "{key}: {:?}", open.uploads());
         }
     }
+
+    // A redelivered job and a duplicate `downloaded` report after success.
+    let job = ingest_job_of(&stack, started.id.as_str());
+    let (s3, bucket) = vid_e2e::media_bucket();
+    let stored = s3.head_object().bucket(&bucket).key(&job.source_key).send().await.expect("the source is stored");
+    let clip_asks = || server.asked().iter().filter(|p| *p == "/clip.mp4").count();
+    let asks_before = clip_asks();
+    let amqp = vid_infra::settings::AmqpSettings {
+        url: stack.env_value("VID__AMQP__URL").unwrap_or("amqp://guest:guest@127.0.0.1:5672/%2f").to_owned().into(),
+        prefix: stack.env_value("VID__AMQP__PREFIX").expect("set by Stack::start").to_owned(),
+    };
+    let conn = vid_infra::amqp::connect(&amqp, Duration::from_secs(30)).await.unwrap();
+    let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
+    let topology = vid_infra::amqp::Topology::new(amqp.prefix.clone());
+    let op_id = started.id.as_str().to_owned();
+    let acked = reports_acked(&stack).await;
+    publisher.publish_json(&topology.ingest_exchange(), vid_infra::amqp::RK_JOB, &job, Some(&op_id)).await.unwrap();
+    wait_log(&stack, "ingest", "the stored source", |log| log.lines().any(|l| l.contains(&op_id) && l.contains("already stored"))).await;
+    wait_acked(&stack, acked + 1.0).await;
+    let report = vid_core::ingest::IngestReport {
+        operation_id: started.id.clone(),
+        worker: "e2e".into(),
+        emitted_at: chrono::Utc::now(),
+        kind: vid_core::ingest::IngestReportKind::Downloaded { size_bytes: clip_bytes.len() as u64, content_type: "video/mp4".into() },
+    };
+    publisher.publish_json(&topology.ingest_exchange(), vid_infra::amqp::RK_REPORT, &report, Some(&op_id)).await.unwrap();
+    wait_acked(&stack, acked + 2.0).await;
+    let still = s3.head_object().bucket(&bucket).key(&job.source_key).send().await.expect("the source is still stored");
+    assert_eq!((still.content_length(), still.e_tag()), (stored.content_length(), stored.e_tag()), "the source was not rewritten");
+    assert_eq!(clip_asks(), asks_before, "the redelivered job downloaded again: {:?}", server.asked());
+    assert_eq!(client.get_video(&video.id).await.unwrap().status.as_str(), "ready");
     // The guard refused the redirect targets before connecting: the private
     // addresses were never asked for anything, and the loopback server saw
     // exactly one request for each redirecting path.

@@ -129,11 +129,15 @@ pub async fn set_source_ready(conn: &mut Conn, id: &OperationId, video: &VideoId
         .map(|_| ())
 }
 
-/// The storage key of an operation's source; `None` for an unknown operation.
-pub async fn source_key_of(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<String>> {
+/// The storage key of an operation's source while the operation still
+/// awaits it (`awaiting_source`: no `downloaded` report was applied, so no
+/// video uses the object); `None` for an unknown operation or one whose
+/// source arrived (the object is then the video's, whatever came later).
+pub async fn unclaimed_source_key_of(conn: &mut Conn, id: &OperationId) -> QueryResult<Option<String>> {
     operations::table
         .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
         .filter(operations::id.eq(id))
+        .filter(operations::awaiting_source.eq(true))
         .select(videos::source_key)
         .first(conn)
         .await
