@@ -15,7 +15,10 @@
 use std::str::FromStr;
 use std::time::SystemTime;
 
-use actix_web::http::header::{self, HeaderMap, HttpDate};
+use actix_web::http::header::{self, HeaderMap, HeaderValue, HttpDate};
+use actix_web::{HttpRequest, HttpResponse};
+
+use crate::error::PlaybackError;
 
 /// The preconditions of one request (raw header values).
 #[derive(Debug, Default, Clone)]
@@ -126,6 +129,33 @@ impl Conditions {
         };
         Verdict::Proceed { range_allowed }
     }
+}
+
+/// A `200` of an in-memory `body` tagged `etag`, after the request's
+/// preconditions (RFC 9110 §13.2.2, [`Conditions`]):
+/// `If-Match` not matching → `412` (`PreconditionFailed`), `If-None-Match`
+/// matching → `304` (with the `ETag` and `Cache-Control`).
+pub fn conditional_body(
+    req: &HttpRequest,
+    cache_control: String,
+    etag: Option<&str>,
+    content_type: &'static str,
+    body: bytes::Bytes,
+) -> Result<HttpResponse, PlaybackError> {
+    let verdict = Conditions::from_headers(req.headers()).evaluate(etag, None);
+    if verdict == Verdict::PreconditionFailed {
+        return Err(PlaybackError::PreconditionFailed);
+    }
+    let not_modified = verdict == Verdict::NotModified;
+    let mut res = if not_modified { HttpResponse::NotModified() } else { HttpResponse::Ok() };
+    res.insert_header((header::CACHE_CONTROL, cache_control));
+    if let Some(tag) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
+        res.insert_header((header::ETAG, tag));
+    }
+    if not_modified {
+        return Ok(res.finish());
+    }
+    Ok(res.content_type(content_type).body(body))
 }
 
 #[cfg(test)]

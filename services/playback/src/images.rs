@@ -201,7 +201,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                 Some(_) => object.etag.as_deref().map(|t| format!("\"{}-m\"", t.trim_start_matches("W/").trim_matches('"'))),
             };
             let content_type = if vtt { "text/vtt; charset=utf-8" } else { "application/json" };
-            crate::routes::conditional_body(&req, cache_control, etag.as_deref(), content_type, body)
+            crate::conditional::conditional_body(&req, cache_control, etag.as_deref(), content_type, body)
         }
         ImageFile::Thumbnail => {
             let q = query.expect("parsed above");

@@ -15,7 +15,7 @@
 //! ([`crate::token`]; `403` otherwise) → the object, manifests with the same
 //! token appended to every URI.
 
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
 use vid_core::messages::StreamOutputs;
 use vid_core::playback::Audience;
@@ -180,7 +180,7 @@ enum ManifestKind {
 /// from the manifest cache or storage. `ETag`: the stored object's, plus
 /// `-m` when the body was rewritten (the rewrite depends on the URL only,
 /// so every replica derives the same tag); `If-None-Match` → `304`,
-/// `If-Match` not matching → `412` ([`conditional_body`]).
+/// `If-Match` not matching → `412` ([`crate::conditional::conditional_body`]).
 async fn manifest(
     req: &HttpRequest,
     state: &AppState,
@@ -202,42 +202,7 @@ async fn manifest(
         (bytes::Bytes::from(mapped), etag)
     };
     let cache_control = crate::token::cache_control(req, &state.manifest_cache_control).into_owned();
-    conditional_body(req, cache_control, etag.as_deref(), content_type, body)
-}
-
-/// A `200` of an in-memory `body` tagged `etag`, after the request's
-/// preconditions (RFC 9110 §13.2.2, [`crate::conditional::Conditions`]):
-/// `If-Match` not matching → `412` (`PreconditionFailed`), `If-None-Match`
-/// matching → `304` (with the `ETag` and `Cache-Control`).
-pub fn conditional_body(
-    req: &HttpRequest,
-    cache_control: String,
-    etag: Option<&str>,
-    content_type: &'static str,
-    body: bytes::Bytes,
-) -> Result<HttpResponse, PlaybackError> {
-    let verdict = crate::conditional::Conditions::from_headers(req.headers()).evaluate(etag, None);
-    if verdict == crate::conditional::Verdict::PreconditionFailed {
-        return Err(PlaybackError::PreconditionFailed);
-    }
-    let not_modified = verdict == crate::conditional::Verdict::NotModified;
-    let mut res = if not_modified { HttpResponse::NotModified() } else { HttpResponse::Ok() };
-    res.insert_header((header::CACHE_CONTROL, cache_control));
-    if let Some(tag) = etag.and_then(|t| HeaderValue::from_str(t).ok()) {
-        res.insert_header((header::ETAG, tag));
-    }
-    if not_modified {
-        return Ok(res.finish());
-    }
-    Ok(res.content_type(content_type).body(body))
-}
-
-/// `If-None-Match` (a list, `*`, weak tags) against `etag` (weak comparison, RFC 9110 §13.1.2).
-pub fn etag_matches(if_none_match: &HeaderValue, etag: &str) -> bool {
-    let Ok(value) = if_none_match.to_str() else { return false };
-    let bare = |t: &str| t.trim().trim_start_matches("W/").to_owned();
-    let want = bare(etag);
-    value.split(',').any(|t| t.trim() == "*" || bare(t) == want)
+    crate::conditional::conditional_body(req, cache_control, etag.as_deref(), content_type, body)
 }
 
 async fn healthz() -> HttpResponse {
@@ -253,19 +218,4 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             .await;
     let mut res = if ready.is_ready() { HttpResponse::Ok() } else { HttpResponse::ServiceUnavailable() };
     res.insert_header((header::CACHE_CONTROL, "no-store")).json(ready)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn if_none_match_compares_weakly_and_takes_lists() {
-        let v = |s: &'static str| HeaderValue::from_static(s);
-        assert!(etag_matches(&v("\"abc\""), "\"abc\""));
-        assert!(etag_matches(&v("W/\"abc\""), "\"abc\""));
-        assert!(etag_matches(&v("\"x\", \"abc\""), "\"abc\""));
-        assert!(etag_matches(&v("*"), "\"abc\""));
-        assert!(!etag_matches(&v("\"abcd\""), "\"abc\""));
-    }
 }
