@@ -273,6 +273,7 @@ impl Client {
         timeout_seconds: Option<u64>,
         revision: Option<i64>,
     ) -> Result<WaitResponse, ClientError> {
+        let timeout_seconds = timeout_seconds.map(|s| u32::try_from(s).unwrap_or(u32::MAX));
         let body = WaitOperation { timeout_seconds, revision };
         Ok(self.call(Method::POST, &format!("/operations/{id}:wait"), Some(&body), &[]).await?.0)
     }

@@ -150,10 +150,13 @@ pub struct Operation {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WaitOperation {
-    /// How long to wait at most, in seconds: default 30, values above 60 are
-    /// treated as 60, `0` answers at once.
+    /// How long to wait at most, in seconds: default 30, values above the
+    /// api's `operations.max_wait_seconds` (60 by default) are treated as it,
+    /// `0` answers at once. A 32-bit unsigned integer (the
+    /// schema's bounds are exactly what the api parses; larger is a `400`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_seconds: Option<u64>,
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295_u64))]
+    pub timeout_seconds: Option<u32>,
     /// Answer as soon as the operation's revision is greater than this (the
     /// `revision` of a previous answer, so a change between two calls is not
     /// missed). Default: the revision when the call arrives, i.e. "wait for

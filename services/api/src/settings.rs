@@ -124,6 +124,11 @@ pub struct OperationSettings {
     /// toward) the tenant's bound; past it: `429 too_many_watchers`.
     #[serde(default = "default_max_watchers_per_client_token")]
     pub max_watchers_per_client_token: usize,
+    /// The longest `POST /operations/{id}:wait` holds, in seconds (a body's
+    /// `timeout_seconds` above it is cut to it). Keep it below the idle
+    /// timeout of every proxy in front of the api.
+    #[serde(default = "default_max_wait_seconds")]
+    pub max_wait_seconds: u64,
     /// A `pending` operation (no `Started` accepted) whose job was last
     /// published this many seconds ago has it published again (attempt + 1).
     #[serde(default = "default_redrive_after_seconds")]
@@ -157,6 +162,10 @@ fn default_janitor_interval_seconds() -> u64 {
 
 fn default_max_watchers_per_tenant() -> usize {
     100
+}
+
+fn default_max_wait_seconds() -> u64 {
+    60
 }
 
 fn default_max_watchers_per_client_token() -> usize {

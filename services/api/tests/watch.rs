@@ -440,6 +440,9 @@ async fn wait_bodies_past_the_limit_or_malformed_are_problems() {
     let cases = [
         (format!("{{\"timeout_seconds\": 0{}}}", " ".repeat(limit)), 413, "body_too_large"),
         ("{\"timeout_seconds\": ".to_owned(), 400, "invalid_json"),
+        // Not an object (serde alone would read an array positionally), and past u32.
+        ("[null, null]".to_owned(), 400, "invalid_json"),
+        ("{\"timeout_seconds\": 4294967296}".to_owned(), 400, "invalid_json"),
     ];
     for (body, status, code) in cases {
         let resp = http.post(&url).bearer_auth(&key).header("content-type", "application/json").body(body).send().await.unwrap();

@@ -185,7 +185,8 @@ async fn watch_operation(
 /// - `changed` as soon as the operation's status, progress or phase changes after
 ///   the call arrived (or its revision is already above the `revision` given);
 /// - `terminal` at once if it was already terminal;
-/// - `timeout` after `timeout_seconds` (default 30, at most 60) without a change,
+/// - `timeout` after `timeout_seconds` (default 30, at most
+///   `operations.max_wait_seconds`, 60 by default) without a change,
 ///   or earlier when this api replica is stopping (`[api] stream_drain_seconds`
 ///   after SIGTERM): call again.
 ///
@@ -220,9 +221,17 @@ async fn wait_operation(
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
         WaitOperation::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?
+        // An object only: serde would also read a JSON array positionally.
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(value @ serde_json::Value::Object(_)) => {
+                serde_json::from_value(value).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?
+            }
+            Ok(_) => return Err(ApiError::new(codes::INVALID_JSON, "the body must be a JSON object")),
+            Err(e) => return Err(ApiError::new(codes::INVALID_JSON, e.to_string())),
+        }
     };
-    let timeout = std::time::Duration::from_secs(request.timeout_seconds.unwrap_or(30).min(60));
+    let timeout =
+        std::time::Duration::from_secs(u64::from(request.timeout_seconds.unwrap_or(30)).min(state.settings.operations.max_wait_seconds));
     let (mut watch, current) = watch_operation(&state, &tenant, &principal, &id).await?;
     let answer = |snapshot: crate::watch::Snapshot, reason| {
         HttpResponse::Ok().json(WaitResponse { operation: (*snapshot.operation).clone(), reason, revision: snapshot.revision })
@@ -257,6 +266,21 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
     web::Bytes::from(format!("id: {}\ndata: {json}\n\n", snapshot.revision))
 }
 
+/// One event of `GET /operations/{id}/events` as a client's parser yields it
+/// (the event-stream format of WHATWG HTML §9.2.6): the schema of each event
+/// in the `text/event-stream` body, not of the body as one string.
+#[derive(utoipa::ToSchema)]
+pub struct OperationStreamEvent {
+    /// The operation as JSON text (schema `Operation`).
+    pub data: String,
+    /// Its revision, as decimal text (send it back as `Last-Event-ID`).
+    pub id: Option<String>,
+    /// `message`: no `event:` field is sent, so browsers deliver it to `onmessage`.
+    pub event: Option<String>,
+    /// Reconnection delay in milliseconds (`retry: 3000`, before the first event).
+    pub retry: Option<u64>,
+}
+
 /// `GET /operations/{id}/events`: a `text/event-stream` of the operation.
 ///
 /// - First an event with the operation as it is, then one event per change
@@ -281,7 +305,7 @@ fn sse_event(snapshot: &crate::watch::Snapshot) -> web::Bytes {
     security(("api_key" = []), ("client_token" = [])),
     params(("id" = vid_core::OperationId, Path, description = "The operation."), ("Last-Event-ID" = Option<i64>, Header, description = "On reconnect: the `id:` (revision) of the last event received.")),
     responses(
-        (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event, or when this api replica is stopping (a `: server stopping` comment, then the end: reconnect with `Last-Event-ID`).", content_type = "text/event-stream", body = String),
+        (status = 200, description = "A `text/event-stream`: `data:` is the operation JSON (schema `Operation`), `id:` its revision; ends after the terminal event, or when this api replica is stopping (a `: server stopping` comment, then the end: reconnect with `Last-Event-ID`).", content_type = "text/event-stream", body = OperationStreamEvent),
         (status = 204, description = "A reconnect after the terminal event: nothing more will come."),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 404, response = crate::error::responses::NotFound),
