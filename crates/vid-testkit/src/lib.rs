@@ -6,6 +6,7 @@
 //! and builds its settings with [`settings`] — which never mutates the process
 //! environment, so tests can run in parallel threads.
 
+pub mod frames;
 pub mod stream;
 
 use std::collections::HashMap;

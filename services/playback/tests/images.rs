@@ -16,6 +16,7 @@ use std::process::Command;
 use common::*;
 use diesel_async::RunQueryDsl;
 use vid_core::messages::{StreamImages, StreamOutputs};
+use vid_testkit::frames::{diff, grey_thumbnail as grey};
 
 const FRAMES_MS: [u64; 5] = [0, 1000, 2000, 3000, 3960];
 
@@ -53,25 +54,6 @@ fn clip() -> Clip {
         ffmpeg(&["-ss", &format!("{}", ms as f64 / 1000.0), "-i", s, "-frames:v", "1", "-q:v", "3", out.to_str().unwrap()]);
     }
     Clip { dir, src }
-}
-
-/// 16×16 grey pixels of an image file or of `src`'s frame at `at` seconds, by the CLI.
-fn grey(path: &Path, at: Option<f64>) -> Vec<u8> {
-    let seek: Vec<String> = at.map(|t| vec!["-ss".into(), format!("{t}")]).unwrap_or_default();
-    let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-nostdin"])
-        .args(&seek)
-        .arg("-i")
-        .arg(path)
-        .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
-        .output()
-        .unwrap();
-    assert!(out.status.success() && out.stdout.len() == 256, "{}", String::from_utf8_lossy(&out.stderr));
-    out.stdout
-}
-
-fn diff(a: &[u8], b: &[u8]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).sum::<f64>() / a.len() as f64
 }
 
 /// (width, height) of an image file, by ffprobe.

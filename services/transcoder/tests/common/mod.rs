@@ -48,35 +48,18 @@ pub fn top_level_atoms(path: &Path) -> Vec<String> {
 /// A grey 16×16 thumbnail (256 bytes) of the first frame of `path`, as the
 /// ffmpeg CLI shows it (autorotate on), squeezed to 16×16.
 pub fn thumb(path: &Path) -> Vec<u8> {
-    thumb_of(path, None)
+    vid_testkit::frames::grey_thumbnail(path, None)
 }
 
 /// A grey 16×16 thumbnail (256 bytes, row-major) of the frame of `path` at
 /// `secs` seconds, as the ffmpeg CLI shows it (autorotate on).
 pub fn thumb_at(path: &Path, secs: f64) -> Vec<u8> {
-    thumb_of(path, Some(secs))
+    vid_testkit::frames::grey_thumbnail(path, Some(secs))
 }
 
-/// The thumbnail of the first frame, or of the frame at `seek` seconds.
-fn thumb_of(path: &Path, seek: Option<f64>) -> Vec<u8> {
-    let seek: Vec<String> = seek.map(|s| vec!["-ss".to_owned(), s.to_string()]).unwrap_or_default();
-    let out = Command::new("ffmpeg")
-        .args(["-v", "error", "-nostdin"])
-        .args(&seek)
-        .arg("-i")
-        .arg(path)
-        .args(["-frames:v", "1", "-vf", "scale=16:16:flags=area,format=gray", "-f", "rawvideo", "-"])
-        .output()
-        .expect("ffmpeg runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.stdout.len(), 256);
-    out.stdout
-}
-
-/// Mean absolute difference of two thumbnails (0–255).
-pub fn diff(a: &[u8], b: &[u8]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).abs()).sum::<f64>() / a.len() as f64
-}
+// Not every test binary that includes this module compares frames.
+#[allow(unused_imports)]
+pub use vid_testkit::frames::diff;
 
 /// The sample media: the repository's `fixtures/media`, else `../shared/media` beside it.
 pub fn sample(name: &str) -> Option<PathBuf> {
