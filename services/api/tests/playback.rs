@@ -474,3 +474,38 @@ async fn poster_time_is_validated_copied_to_the_video_and_reaches_the_transcode_
         assert_eq!((got, problem["code"].as_str()), (status, Some(code)), "{body}: {problem}");
     }
 }
+
+/// Finding 6 of issue 19's review: a video with nothing to play takes no
+/// playback ID. `failed` and `cancelled` answer `409 video_not_playable` with
+/// the status; nothing is stored; `processing` still takes one.
+#[tokio::test]
+async fn a_failed_or_cancelled_video_takes_no_playback_id() {
+    let api = TestApi::start(&[QUIET_JANITOR]).await;
+    let broker = Broker::connect(&api).await;
+    let client = api.client();
+    let add = |video: VideoId| {
+        let api = &api;
+        async move { raw(api, &api.key, reqwest::Method::POST, &format!("/videos/{video}/playback-ids"), Some(r#"{"policy":"public"}"#)).await }
+    };
+
+    let (op, failed) = uploaded(&client, &upload_req(Some(vec![]), None)).await;
+    broker.report(&op, &failed, "run-1", ReportKind::Started).await;
+    let error = vid_core::Problem::new(422, "no_video_stream", "No video stream");
+    broker.report(&op, &failed, "run-1", ReportKind::Failed { error, source: None }).await;
+    video_until(&client, &failed, "failed", |v| v.status == VideoStatus::Failed).await;
+    let (status, body) = add(failed.clone()).await;
+    assert_eq!((status, body["code"].as_str(), body["video_status"].as_str()), (409, Some("video_not_playable"), Some("failed")), "{body}");
+    assert!(playback_rows(&api, &failed).await.is_empty(), "a refused add stores nothing");
+
+    let (op, cancelled) = uploaded(&client, &upload_req(Some(vec![]), None)).await;
+    client.cancel_operation(&op).await.unwrap();
+    video_until(&client, &cancelled, "cancelled", |v| v.status == VideoStatus::Cancelled).await;
+    let (status, body) = add(cancelled.clone()).await;
+    assert_eq!((status, body["code"].as_str(), body["video_status"].as_str()), (409, Some("video_not_playable"), Some("cancelled")), "{body}");
+    assert!(playback_rows(&api, &cancelled).await.is_empty());
+
+    let (_, processing) = uploaded(&client, &upload_req(Some(vec![]), None)).await;
+    let (status, body) = add(processing.clone()).await;
+    assert_eq!(status, 201, "a processing video takes one: {body}");
+    assert_eq!(playback_rows(&api, &processing).await.len(), 1);
+}

@@ -53,6 +53,7 @@ registry! { ANSWERS:
     SIZE_MISMATCH = "size_mismatch", 409, "Conflict", "The assembled object's size differs from the declared size (`declared_size`, `stored_size`).";
     OPERATION_TERMINAL = "operation_terminal", 409, "Conflict", "The operation is already terminal (`operation_status`).";
     IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use", 409, "Conflict", "A request with this `Idempotency-Key` is still running; retry later.";
+    VIDEO_NOT_PLAYABLE = "video_not_playable", 409, "Conflict", "The video failed or was cancelled (`video_status`); it has nothing to play, so it takes no playback ID.";
     ENDPOINT_DISABLED = "endpoint_disabled", 409, "Conflict", "The webhook endpoint is disabled; enable it first.";
     BODY_TOO_LARGE = "body_too_large", 413, "Body too large", "JSON bodies are limited to 64 KiB.";
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415, "Unsupported media type", "Send the body as `application/json`.";

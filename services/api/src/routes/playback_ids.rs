@@ -10,10 +10,11 @@
 
 use actix_web::{web, HttpResponse};
 use vid_core::playback::{CreatePlaybackId, PlaybackIdView};
+use vid_core::video::VideoStatus;
 use vid_core::{PlaybackId, VideoId};
 
 use crate::auth::Tenant;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{codes, ApiError, ApiResult};
 use crate::routes::common::parse_id;
 use crate::state::AppState;
 use crate::store;
@@ -27,13 +28,14 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 /// `POST /videos/{id}/playback-ids` `{"policy": "public"}` → `201` with the
 /// new playback ID (`id`, `policy`, `hls_url`, `dash_url`, `created_at`).
 ///
-/// Allowed whatever the video's status: on a `processing` video the id
-/// serves once the video is ready (on one that failed or was cancelled it
-/// never serves). Each call creates another id; ids are never reused.
+/// Allowed on a `processing` video (the id serves once the video is ready)
+/// and a `ready` one; a video that `failed` or was `cancelled` has nothing to
+/// play and answers `409 video_not_playable`. Each call creates another id;
+/// ids are never reused.
 ///
 /// Errors: `400 invalid_json` (no body, an unknown field, an unknown
 /// policy), `404 not_found` (unknown, malformed or another tenant's video),
-/// `413`, `415`, `503`. A `signed` ID needs no signing key yet: its URLs
+/// `409 video_not_playable` (`video_status`: `failed` or `cancelled`), `413`, `415`, `503`. A `signed` ID needs no signing key yet: its URLs
 /// answer `403` until a token signed with one of the tenant's keys comes.
 #[utoipa::path(
     post,
@@ -48,6 +50,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         (status = 400, response = crate::error::responses::BadRequest),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 404, response = crate::error::responses::NotFound),
+        (status = 409, response = crate::error::responses::Conflict),
         (status = 413, response = crate::error::responses::PayloadTooLarge),
         (status = 415, response = crate::error::responses::UnsupportedMediaType),
         (status = 503, response = crate::error::responses::Unavailable),
@@ -57,16 +60,22 @@ pub async fn create_playback_id(
     state: web::Data<AppState>,
     tenant: Tenant,
     path: web::Path<String>,
-    body: web::Json<CreatePlaybackId>,
+    body: crate::routes::common::Json<CreatePlaybackId>,
 ) -> ApiResult<HttpResponse> {
     let video: VideoId = parse_id(&path)?;
     let req = body.into_inner();
     let mut conn = state.db.get().await?;
-    if !store::operations::video_exists(&mut conn, &tenant.id, &video).await? {
-        return Err(ApiError::NotFound("video"));
+    match store::operations::video_status(&mut conn, &tenant.id, &video).await? {
+        None => return Err(ApiError::NotFound("video")),
+        Some(status @ (VideoStatus::Failed | VideoStatus::Cancelled)) => {
+            return Err(ApiError::new(codes::VIDEO_NOT_PLAYABLE, format!("video {video} is {}; it has nothing to play", status.as_str()))
+                .with_extension("video_status", status.as_str()))
+        }
+        Some(VideoStatus::Processing | VideoStatus::Ready) => {}
     }
     // The row's foreign key holds the video; a video cannot be deleted through
-    // the API, so the check above cannot be overtaken.
+    // the API, so the check above cannot be overtaken. A video that fails after
+    // the check keeps an id that never serves, as one made earlier does.
     let row = store::playback_ids::insert(&mut conn, &tenant.id, &video, req.policy).await?;
     Ok(HttpResponse::Created().json(row.into_view(&state.settings.api.playback_base_url)))
 }

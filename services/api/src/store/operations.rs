@@ -537,6 +537,13 @@ pub async fn video_exists(conn: &mut Conn, tenant: &TenantId, id: &VideoId) -> Q
     diesel::select(diesel::dsl::exists(videos::table.filter(videos::id.eq(id)).filter(videos::tenant_id.eq(tenant)))).get_result(conn).await
 }
 
+/// The video's status as stored, or `None` for an unknown video or another
+/// tenant's. A status text the code does not know is an error (a newer
+/// writer), never taken for one it knows.
+pub async fn video_status(conn: &mut Conn, tenant: &TenantId, id: &VideoId) -> QueryResult<Option<VideoStatus>> {
+    videos::table.filter(videos::id.eq(id)).filter(videos::tenant_id.eq(tenant)).select(videos::status).first(conn).await.optional()
+}
+
 /// Stores what the probe read of a source whose transcode failed.
 pub async fn set_video_source(conn: &mut Conn, id: &VideoId, source: &SourceMetadata) -> QueryResult<()> {
     diesel::update(videos::table.filter(videos::id.eq(id))).set(videos::source.eq(json(source))).execute(conn).await.map(|_| ())
