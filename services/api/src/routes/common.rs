@@ -58,6 +58,78 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::B
     Ok(bytes.freeze())
 }
 
+/// A JSON request body that must be a JSON **object**: the api's one body
+/// extractor (use it instead of `web::Json` on every route). serde reads a
+/// struct from a JSON array too (its sequence visitor fills the fields by
+/// position), so `["https://…"]` would pass as `{"source_url": "https://…"}`;
+/// this refuses every non-object body (array, string, number, `true`,
+/// `null`) with `400 invalid_json`.
+///
+/// The body is read with the app's `JsonConfig` (`lib.rs`): `415
+/// unsupported_media_type` for another media type, `413 body_too_large`
+/// past [`MAX_JSON_BODY_BYTES`], `400 invalid_json` for malformed JSON;
+/// then the object is deserialized into `T` (unknown fields, wrong types:
+/// `400 invalid_json` naming the error, [`object_from_value`]).
+#[derive(Debug)]
+pub struct Json<T>(pub T);
+
+impl<T> Json<T> {
+    /// The deserialized body.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Json<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: serde::de::DeserializeOwned + 'static> actix_web::FromRequest for Json<T> {
+    type Error = actix_web::Error;
+    type Future = futures::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
+
+    fn from_request(req: &actix_web::HttpRequest, payload: &mut actix_web::dev::Payload) -> Self::Future {
+        let value = web::Json::<serde_json::Value>::from_request(req, payload);
+        Box::pin(async move {
+            let web::Json(value) = value.await?;
+            Ok(Json(object_from_value(value)?))
+        })
+    }
+}
+
+/// Deserializes `T` from a JSON value that must be an object. Errors:
+/// `400 invalid_json` ("the body must be a JSON object", or serde's error:
+/// an unknown field, a wrong type, a missing field).
+pub fn object_from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    if !value.is_object() {
+        return Err(ApiError::new(codes::INVALID_JSON, format!("the body must be a JSON object, not {}", json_kind(&value))));
+    }
+    serde_json::from_value(value).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))
+}
+
+/// Parses `bytes` as JSON and deserializes `T` from it, which must be an
+/// object ([`object_from_value`]), for handlers that read the raw body
+/// themselves. Errors: `400 invalid_json`.
+pub fn object_from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let value = serde_json::from_slice::<serde_json::Value>(bytes).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?;
+    object_from_value(value)
+}
+
+/// `an array`, `a string`, … for the detail of a refused body.
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// Whether `c` may not appear in text a tenant gives for display (filenames,
 /// endpoint descriptions): Unicode general category Cc (control), Cf (format:
 /// the bidirectional overrides and isolates such as U+202E that make

@@ -101,7 +101,11 @@ fn event_filter(types: &[EventType]) -> ApiResult<Vec<String>> {
         (status = 503, response = crate::error::responses::Unavailable),
     ),
 )]
-async fn create_endpoint(state: web::Data<AppState>, tenant: Tenant, body: web::Json<CreateEndpoint>) -> ApiResult<HttpResponse> {
+async fn create_endpoint(
+    state: web::Data<AppState>,
+    tenant: Tenant,
+    body: crate::routes::common::Json<CreateEndpoint>,
+) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
     if let Some(d) = &req.description {
         check_description(d)?;
@@ -268,7 +272,7 @@ async fn update_endpoint(
     state: web::Data<AppState>,
     tenant: Tenant,
     path: web::Path<String>,
-    body: web::Json<UpdateEndpoint>,
+    body: crate::routes::common::Json<UpdateEndpoint>,
 ) -> ApiResult<HttpResponse> {
     let id: EndpointId = parse_id(&path)?;
     let current = load(&state, &tenant, &id).await?;

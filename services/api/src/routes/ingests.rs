@@ -76,7 +76,7 @@ pub async fn create_ingest(
     state: web::Data<AppState>,
     tenant: Tenant,
     http: HttpRequest,
-    body: web::Json<CreateIngest>,
+    body: crate::routes::common::Json<CreateIngest>,
 ) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
     let owned = req.clone();

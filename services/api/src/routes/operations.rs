@@ -222,13 +222,7 @@ async fn wait_operation(
         WaitOperation::default()
     } else {
         // An object only: serde would also read a JSON array positionally.
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(value @ serde_json::Value::Object(_)) => {
-                serde_json::from_value(value).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?
-            }
-            Ok(_) => return Err(ApiError::new(codes::INVALID_JSON, "the body must be a JSON object")),
-            Err(e) => return Err(ApiError::new(codes::INVALID_JSON, e.to_string())),
-        }
+        crate::routes::common::object_from_slice(&body)?
     };
     let timeout =
         std::time::Duration::from_secs(u64::from(request.timeout_seconds.unwrap_or(30)).min(state.settings.operations.max_wait_seconds));

@@ -86,7 +86,7 @@ pub async fn complete_upload(
 /// Reads `complete`'s optional body. Zero bytes → no part list. Otherwise the
 /// app's JSON rules apply exactly as to every other JSON body (`JsonConfig`
 /// in `lib.rs`: `application/json`, at most 64 KiB, unknown fields refused),
-/// and `null` means no part list. Errors ([`crate::error::json_error`]):
+/// and `null` means no part list; any other non-object (an array) is refused. Errors ([`crate::error::json_error`]):
 /// `400 invalid_json`, `413 body_too_large` or `415 unsupported_media_type`.
 async fn complete_body(http: &HttpRequest, payload: web::Payload) -> ApiResult<CompleteUpload> {
     let bytes = crate::routes::common::read_body(payload, MAX_COMPLETE_BODY_BYTES).await?;
@@ -94,8 +94,12 @@ async fn complete_body(http: &HttpRequest, payload: web::Payload) -> ApiResult<C
         return Ok(CompleteUpload::default());
     }
     let mut replay = actix_web::dev::Payload::from(bytes);
-    let parsed = web::JsonBody::<Option<CompleteUpload>>::new(http, &mut replay, None, true).limit(MAX_COMPLETE_BODY_BYTES).await;
-    parsed.map(Option::unwrap_or_default).map_err(|e| crate::error::json_error(&e))
+    let parsed = web::JsonBody::<serde_json::Value>::new(http, &mut replay, None, true).limit(MAX_COMPLETE_BODY_BYTES).await;
+    match parsed.map_err(|e| crate::error::json_error(&e))? {
+        serde_json::Value::Null => Ok(CompleteUpload::default()),
+        // An object only: serde would also read a JSON array positionally.
+        value => crate::routes::common::object_from_value(value),
+    }
 }
 
 async fn complete_upload_once(state: &AppState, tenant: &Tenant, id: UploadId, body: CompleteUpload) -> ApiResult<HttpResponse> {

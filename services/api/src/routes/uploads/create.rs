@@ -67,7 +67,7 @@ pub async fn create_upload(
     state: web::Data<AppState>,
     tenant: Tenant,
     http: HttpRequest,
-    body: web::Json<CreateUpload>,
+    body: crate::routes::common::Json<CreateUpload>,
 ) -> ApiResult<HttpResponse> {
     let req = body.into_inner();
     let owned = req.clone();

@@ -97,7 +97,7 @@ pub async fn sign_parts(
     state: web::Data<AppState>,
     caller: UploadCaller,
     path: web::Path<String>,
-    body: web::Json<SignParts>,
+    body: crate::routes::common::Json<SignParts>,
 ) -> ApiResult<HttpResponse> {
     let tenant = caller.tenant;
     let id: UploadId = parse_id(&path)?;
