@@ -26,7 +26,7 @@ fn black_then_pattern(dir: &Path) -> PathBuf {
 
 fn package(input: &Path, out: &Path, poster_time: Option<f64>) -> MediaOutcome {
     let limits = Limits { max_duration_seconds: 14400.0, max_width: 4096, max_height: 4096 };
-    let packaging = Packaging { segment_seconds: 2.0, mp4: false, poster_time };
+    let packaging = Packaging { segment_seconds: 2.0, mp4: false, poster_time, storyboard: true };
     let job = MediaJob { input: input.into(), out_dir: out.into(), limits, ladder: vec![1080, 720, 480, 360], packaging };
     media::run(&job, &mut |_| {}).unwrap_or_else(|(e, _)| panic!("{}: {e}", input.display()))
 }

@@ -58,6 +58,43 @@ fn without_mp4_support_only_the_stream_is_made() {
     assert_eq!(j["variants"][0]["playlist"]["segments"].as_array().unwrap().len(), 3, "5 s in 2 s segments (the setting): {j}");
 }
 
+/// The benchmark's control (`"storyboard": false`): the same stream, and no
+/// image at all (no storyboard, thumbnail frame or poster), so the packaging
+/// alone can be measured against ffmpeg's HLS ladder.
+#[test]
+fn without_the_storyboard_the_stream_is_the_same_and_no_image_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Clips::new(dir.path()).av("av.mp4", "640x360", "5");
+    let out = dir.path().join("out");
+    let o = package(&src, &out, Packaging { segment_seconds: 2.0, mp4: false, storyboard: false, ..Packaging::default() });
+    assert!(o.transcoded.stream.storyboard.is_none());
+    assert!(o.transcoded.poster.is_none());
+    let images: Vec<_> = walkdir(&out).into_iter().filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "vtt")).collect();
+    assert!(images.is_empty(), "no image without the storyboard: {images:?}");
+    let j = check_stream(&o, &src, &[("360p", 640, 360)], true);
+    assert_eq!(j["variants"][0]["playlist"]["segments"].as_array().unwrap().len(), 3, "{j}");
+
+    // The default writes them (so the filter above can find some).
+    let out2 = dir.path().join("out2");
+    let o = package(&src, &out2, Packaging { segment_seconds: 2.0, mp4: false, ..Packaging::default() });
+    assert!(o.transcoded.stream.storyboard.is_some() && o.transcoded.poster.is_some());
+    assert!(walkdir(&out2).iter().any(|p| p.extension().is_some_and(|e| e == "jpg")));
+}
+
+/// Every file under `dir`, recursively.
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walkdir(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
 #[test]
 fn an_odd_sized_source_without_audio_has_no_audio_group() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,7 +54,7 @@ impl Worker {
         progress.set(Phase::Probing, 11.0);
         let t = &self.settings.transcoder;
         let packaging =
-            Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None, poster_time: job.poster_time };
+            Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None, poster_time: job.poster_time, storyboard: true };
         let out_dir = work.path().join("out");
         let media_job = MediaJob { input: source_path, out_dir, limits: t.limits(), ladder: t.ladder.clone(), packaging };
         let outcome = self.run_child(job, work, &media_job, progress, stop).await?;

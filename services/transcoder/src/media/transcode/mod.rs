@@ -113,7 +113,7 @@ pub fn transcode(
     let stream_dir = out_dir.join("stream");
     std::fs::create_dir_all(stream_dir.join(storyboard::FRAMES_DIR))
         .map_err(|e| MediaError::Internal(format!("creating {}: {e}", stream_dir.display())))?;
-    let board = storyboard::Storyboard::new(&stream_dir, duration, packaging.poster_time);
+    let board = storyboard::Storyboard::new(&stream_dir, duration, packaging.poster_time, packaging.storyboard);
     let mut video = decode::VideoPath::open(&ictx, probe, rungs, limits, board)?;
     let mut audio = match probe.audio_stream {
         Some(i) => audio::AudioPipe::open(&ictx, i)?,

@@ -83,6 +83,8 @@ pub(super) struct Storyboard {
     last: Option<(frame::Video, u64)>,
     /// The poster picker when the job chose a time: (ms, picked reference).
     poster_at: Option<(u64, Option<frame::Video>)>,
+    /// False: every frame is ignored and [`Storyboard::finish`] writes nothing.
+    enabled: bool,
 }
 
 fn referenced(f: &frame::Video) -> Result<frame::Video, MediaError> {
@@ -97,7 +99,9 @@ fn referenced(f: &frame::Video) -> Result<frame::Video, MediaError> {
 impl Storyboard {
     /// A storyboard written under `stream_dir`, instants every
     /// [`interval_ms`]`(duration)`; `poster_time` (seconds, finite, ≥ 0) chooses the poster.
-    pub(super) fn new(stream_dir: &Path, duration: Option<f64>, poster_time: Option<f64>) -> Self {
+    /// `enabled` false: a storyboard that takes no frame and writes nothing
+    /// (the packaging benchmark's control, [`super::Packaging::storyboard`]).
+    pub(super) fn new(stream_dir: &Path, duration: Option<f64>, poster_time: Option<f64>, enabled: bool) -> Self {
         let poster_at = poster_time.filter(|t| t.is_finite() && *t >= 0.0).map(|t| ((t * 1000.0).round() as u64, None));
         Self {
             dir: stream_dir.to_owned(),
@@ -110,12 +114,16 @@ impl Storyboard {
             frame_size: (0, 0),
             last: None,
             poster_at,
+            enabled,
         }
     }
 
     /// Offers a filtered frame of the tallest rung (yuv420p, pts in `tb`,
     /// increasing). Errors: internal (scaling, JPEG, file system).
     pub(super) fn offer(&mut self, f: &frame::Video, tb: Rational) -> Result<(), MediaError> {
+        if !self.enabled {
+            return Ok(());
+        }
         let pts = f.pts().unwrap_or(0);
         let origin = *self.origin.get_or_insert(pts);
         let ms = (((pts - origin) as f64 * f64::from(tb)) * 1000.0).round().max(0.0) as u64;

@@ -94,11 +94,22 @@ pub struct Packaging {
     /// of [`super::storyboard`].
     #[serde(default)]
     pub poster_time: Option<f64>,
+    /// Write the storyboard (tiles, sheet, WebVTT), the full-size thumbnail
+    /// frames and the poster (issue 20). Default true; the service always
+    /// sets it. `false` exists so `scripts/bench-transcode.sh` can measure
+    /// the packaging alone against the ffmpeg CLI's HLS ladder, which writes
+    /// no images; the outcome then has no storyboard and no poster.
+    #[serde(default = "yes")]
+    pub storyboard: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for Packaging {
     fn default() -> Self {
-        Self { segment_seconds: 4.0, mp4: true, poster_time: None }
+        Self { segment_seconds: 4.0, mp4: true, poster_time: None, storyboard: true }
     }
 }
 
