@@ -46,7 +46,7 @@ pub enum ChildMessage {
     /// Every output file is written.
     Succeeded {
         /// The outputs.
-        outcome: MediaOutcome,
+        outcome: Box<MediaOutcome>,
     },
     /// The media is bad (permanent).
     Failed {
@@ -86,7 +86,7 @@ pub fn child_main(spec: &Path) -> i32 {
         }
     });
     emit(&match result {
-        Ok(outcome) => ChildMessage::Succeeded { outcome },
+        Ok(outcome) => ChildMessage::Succeeded { outcome: Box::new(outcome) },
         Err((MediaError::Permanent(error), source)) => ChildMessage::Failed { error, source },
         Err((MediaError::Internal(message), _)) => ChildMessage::Error { message },
     });
@@ -319,7 +319,7 @@ fn exited(pid: Option<u32>, status: std::process::ExitStatus, said: Said) -> Chi
         };
     }
     match terminal {
-        Some(ChildMessage::Succeeded { outcome }) if status.success() => ChildOutcome::Succeeded(outcome),
+        Some(ChildMessage::Succeeded { outcome }) if status.success() => ChildOutcome::Succeeded(*outcome),
         Some(ChildMessage::Failed { error, source: s }) => ChildOutcome::Failed { error, source: s.or(source) },
         Some(ChildMessage::Error { message }) => ChildOutcome::Internal(message),
         _ if status.code() == Some(101) => {
