@@ -149,6 +149,7 @@ pub struct Limits {
 
 /// How a supervised child ended.
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one value per job, moved once; boxing buys nothing")]
 pub enum ChildOutcome {
     /// Outputs written.
     Succeeded(MediaOutcome),

@@ -71,7 +71,7 @@ fn the_storyboard_cues_point_at_their_tiles_and_the_tiles_are_the_right_frames()
     assert_eq!(sb.tiles_ms, vec![0, 1000, 2000, 3000, 4000, 5000]);
     let (tw, th) = (sb.tile_width, sb.tile_height);
     assert_eq!((tw, th), (160, 120), "160 px wide, 4:3 kept");
-    let sheet = ffprobe(&sdir.join("storyboard.jpg"));
+    let sheet = ffprobe(sdir.join("storyboard.jpg"));
     let (sw, sh) = (sheet["streams"][0]["width"].as_u64().unwrap() as u32, sheet["streams"][0]["height"].as_u64().unwrap() as u32);
     assert_eq!((sw, sh), (6 * tw, th), "one row of six tiles");
 
