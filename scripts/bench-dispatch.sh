@@ -8,8 +8,9 @@
 #
 #   EVENTS=4000 ENDPOINTS=1 PER_ENDPOINT_CONCURRENCY=64 WRK_DURATION=10s scripts/bench-dispatch.sh
 # (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, PUBLISH_CONCURRENCY,
-#  WRK_THREADS, WRK_CONNECTIONS). Figures and their reading: README.md,
-#  "Webhook dispatcher throughput".
+#  PLAN_CACHE_MODE, LEASE_AT_FANIN, WRK_THREADS, WRK_CONNECTIONS). Fan-out (one
+#  event to 100 endpoints of one tenant): ENDPOINTS=100 EVENTS=400. Figures and
+#  their reading: BENCHMARKS.md, "Webhook dispatcher throughput".
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 WRK_THREADS="${WRK_THREADS:-2}"

@@ -15,12 +15,12 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, Text};
+use diesel::sql_types::{Array, BigInt, Bool, Integer, Nullable, Text, Timestamptz};
 use diesel_async::AsyncPgConnection;
 use vid_core::{DeliveryId, EndpointId, EventId, TenantId};
-use vid_db::schema::webhook_deliveries as dl;
 use vid_db::RunQueryDsl;
 
+use crate::lease::Claimed;
 use crate::{DeliveryStatus, EndpointStatus};
 
 /// The state a new delivery starts in: `pending` and due at `now` for an
@@ -95,57 +95,182 @@ pub fn missing_sql() -> String {
     )
 }
 
-/// Rows per multi-row `INSERT` (8 parameters a row, far below PostgreSQL's 65,535).
-const INSERT_CHUNK: usize = 2000;
+/// Leasing the new deliveries of a fan-in in its own insert ([`fan_in_leasing`]):
+/// what the caller's claim would have asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseFresh {
+    /// The per-endpoint bound (`per_endpoint_concurrency`), as [`crate::lease::claim`] takes it.
+    pub per_endpoint: i32,
+    /// At most this many deliveries leased in all (the caller's free slots).
+    pub limit: i32,
+    /// The lease, in milliseconds.
+    pub lease_ms: i64,
+}
+
+/// [`fan_in_leasing`]'s one statement: `$1`–`$8` the new deliveries as
+/// arrays, in the insert order; `$9` the per-endpoint bound, `$10` how many
+/// may be leased in all (0: none, and the endpoints are not even read),
+/// `$11` the lease in ms. A delivery is inserted leased when its endpoint
+/// is unthrottled and has no unleased delivery already due (so the oldest
+/// due is still sent first: the claim's order), and it fits both in the
+/// endpoint's free slots (counted exactly as the claim counts them, under
+/// the same advisory lock) and in `$10`. Its status literals are
+/// `DeliveryStatus::Pending` (checked by a test).
+const INSERT_SQL: &str = r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[])
+        WITH ORDINALITY AS t(id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, ord)
+),
+free AS (
+    SELECT e.id AS endpoint_id,
+           LEAST($9, COALESCE(e.concurrency_limit, $9)) - (SELECT count(*) FROM webhook_deliveries f
+                 WHERE f.endpoint_id = e.id AND f.status = 'pending'
+                   AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
+    FROM webhook_endpoints e
+    WHERE $10 > 0
+      AND e.id IN (SELECT i.endpoint_id FROM input i WHERE i.status = 'pending')
+      AND (e.throttled_until IS NULL OR e.throttled_until <= now())
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
+                      WHERE b.endpoint_id = e.id AND b.status = 'pending' AND b.locked_until IS NULL
+                        AND b.next_attempt_at <= now())
+),
+ranked AS (
+    SELECT i.*, (i.status = 'pending'
+                 AND row_number() OVER (PARTITION BY i.endpoint_id ORDER BY i.ord) <= COALESCE(f.free, 0)) AS fits
+    FROM input i LEFT JOIN free f ON f.endpoint_id = i.endpoint_id
+),
+chosen AS (
+    SELECT r.*, (r.fits AND count(*) FILTER (WHERE r.fits) OVER (ORDER BY r.ord) <= $10) AS leased FROM ranked r
+)
+INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until)
+SELECT id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at,
+       CASE WHEN leased THEN now() + $11 * interval '1 millisecond' END
+FROM chosen ORDER BY ord
+ON CONFLICT (event_id, endpoint_id) DO NOTHING
+RETURNING id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until
+"#;
+
+/// A row [`INSERT_SQL`] inserted; leased when `locked_until` is set.
+#[derive(Debug, QueryableByName)]
+struct Inserted {
+    #[diesel(sql_type = Text)]
+    id: DeliveryId,
+    #[diesel(sql_type = Text)]
+    endpoint_id: EndpointId,
+    #[diesel(sql_type = Text)]
+    tenant_id: TenantId,
+    #[diesel(sql_type = Text)]
+    event_id: EventId,
+    #[diesel(sql_type = Text)]
+    payload: String,
+    #[diesel(sql_type = Integer)]
+    attempt_count: i32,
+    #[diesel(sql_type = Bool)]
+    manual_retry: bool,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    locked_until: Option<DateTime<Utc>>,
+}
 
 /// Creates the missing deliveries of the recorded events `ids`: one per
 /// endpoint matching [`MATCH`] that has none yet, in its [`initial_state`],
 /// with the event's stored payload. Ids not in `events` insert nothing.
-/// Runs in the caller's transaction (one `SELECT` with the rule, then
+/// Runs in the caller's transaction (one `SELECT` with the rule, then one
 /// multi-row `INSERT … ON CONFLICT (event_id, endpoint_id) DO NOTHING`, so
 /// a concurrent fan-in of the same event cannot duplicate a delivery).
 ///
 /// Errors: the database's.
 pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResult<FannedIn> {
+    Ok(fan_in_leasing(conn, ids, |_| None).await?.0)
+}
+
+/// [`fan_in`], and the claim of the new deliveries in the same insert
+/// (issue 22, "claim at fan-in"): `lease` is called with the number of new
+/// `pending` deliveries (after the `SELECT`, before the insert) and returns
+/// what the caller would claim ([`LeaseFresh`]; `None` or a `limit` of 0:
+/// lease nothing). Leasing first takes the claims' advisory lock
+/// ([`crate::lease::claim`]), held to the caller's commit, so the
+/// per-endpoint bound stays exact across replicas; a leased delivery is
+/// exactly what [`crate::lease::claim`] would have returned for it (same
+/// lease, token, order rule; see [`INSERT_SQL`]). Returns what was inserted
+/// and the leased deliveries, in insert order. The leases are only real
+/// once the caller commits.
+///
+/// Errors: the database's.
+pub async fn fan_in_leasing(
+    conn: &mut AsyncPgConnection,
+    ids: &[EventId],
+    lease: impl FnOnce(usize) -> Option<LeaseFresh>,
+) -> QueryResult<(FannedIn, Vec<Claimed>)> {
     if ids.is_empty() {
-        return Ok(FannedIn::default());
+        return Ok(Default::default());
     }
     let missing: Vec<Missing> = diesel::sql_query(missing_sql()).bind::<Array<Text>, _>(ids).load(conn).await?;
     if missing.is_empty() {
-        return Ok(FannedIn::default());
+        return Ok(Default::default());
     }
+    let pending = missing.iter().filter(|m| m.status == EndpointStatus::Enabled).count();
+    let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
+    if lease.is_some() {
+        crate::lease::lock_claims(conn).await?;
+    }
+    let LeaseFresh { per_endpoint, limit, lease_ms } = lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0 });
     let now = Utc::now();
-    let rows: Vec<_> = missing
-        .into_iter()
-        .map(|m| {
-            let (status, due) = initial_state(m.status, now);
-            (
-                dl::id.eq(DeliveryId::generate()),
-                dl::tenant_id.eq(m.tenant_id),
-                dl::endpoint_id.eq(m.endpoint_id),
-                dl::event_id.eq(m.event_id),
-                dl::event_type.eq(m.event_type),
-                dl::payload.eq(m.payload),
-                dl::status.eq(status),
-                dl::next_attempt_at.eq(due),
-            )
-        })
-        .collect();
-    let mut out = FannedIn::default();
-    for chunk in rows.chunks(INSERT_CHUNK) {
-        let events: Vec<EventId> = diesel::insert_into(dl::table)
-            .values(chunk)
-            .on_conflict((dl::event_id, dl::endpoint_id))
-            .do_nothing()
-            .returning(dl::event_id)
-            .get_results(conn)
-            .await?;
-        out.deliveries += events.len();
-        out.events.extend(events);
+    let n = missing.len();
+    let (mut ids, mut tenants, mut endpoints, mut events, mut types, mut payloads, mut statuses, mut due) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for m in missing {
+        let (status, at) = initial_state(m.status, now);
+        ids.push(DeliveryId::generate().as_str().to_owned());
+        tenants.push(m.tenant_id.as_str().to_owned());
+        endpoints.push(m.endpoint_id.as_str().to_owned());
+        events.push(m.event_id.as_str().to_owned());
+        types.push(m.event_type);
+        payloads.push(m.payload);
+        statuses.push(status.as_str());
+        due.push(at);
+    }
+    let inserted: Vec<Inserted> = diesel::sql_query(INSERT_SQL)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Text>, _>(tenants)
+        .bind::<Array<Text>, _>(endpoints)
+        .bind::<Array<Text>, _>(events)
+        .bind::<Array<Text>, _>(types)
+        .bind::<Array<Text>, _>(payloads)
+        .bind::<Array<Text>, _>(statuses)
+        .bind::<Array<Nullable<Timestamptz>>, _>(due)
+        .bind::<BigInt, _>(i64::from(per_endpoint.max(1)))
+        .bind::<BigInt, _>(i64::from(limit.max(0)))
+        .bind::<BigInt, _>(lease_ms)
+        .load(conn)
+        .await?;
+    let mut out = FannedIn { deliveries: inserted.len(), events: Vec::with_capacity(inserted.len()) };
+    let mut leased = Vec::new();
+    for r in inserted {
+        out.events.push(r.event_id.clone());
+        if let Some(locked_until) = r.locked_until {
+            leased.push(Claimed {
+                id: r.id,
+                endpoint_id: r.endpoint_id,
+                tenant_id: r.tenant_id,
+                event_id: r.event_id,
+                payload: r.payload,
+                attempt_count: r.attempt_count,
+                manual_retry: r.manual_retry,
+                locked_until,
+            });
+        }
     }
     out.events.sort();
     out.events.dedup();
-    Ok(out)
+    Ok((out, leased))
 }
 
 #[cfg(test)]
@@ -157,6 +282,14 @@ mod tests {
         let now = Utc::now();
         assert_eq!(initial_state(EndpointStatus::Enabled, now), (DeliveryStatus::Pending, Some(now)));
         assert_eq!(initial_state(EndpointStatus::Disabled, now), (DeliveryStatus::Paused, None));
+    }
+
+    /// The insert names the pending status by its typed spelling, and no other.
+    #[test]
+    fn the_insert_uses_the_typed_status() {
+        let pending = format!("status = '{}'", DeliveryStatus::Pending);
+        assert_eq!(INSERT_SQL.matches("status = '").count(), INSERT_SQL.matches(&pending).count());
+        assert!(INSERT_SQL.contains(&pending));
     }
 
     #[test]

@@ -94,7 +94,66 @@ SET locked_until = now() + $3 * interval '1 millisecond', updated_at = now()
 FROM chosen
 WHERE d.id = chosen.id AND d.locked_until IS NULL
 RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_count, d.manual_retry, d.locked_until
+
 "#;
+
+/// The claim as a statement diesel prepares once per connection and then
+/// only executes (its SQL is fixed, so it is safe to cache; `sql_query`
+/// never is, and parses it again every time). PostgreSQL still plans it
+/// for each call's values: [`lock_claims`] sets `plan_cache_mode =
+/// force_custom_plan` for the transaction, since the generic plan of this
+/// statement is several times slower (its `LIMIT`s and counts are unknown
+/// to it). Binds: per-endpoint bound, batch limit, lease in ms (`bigint`).
+#[derive(Debug, Clone, Copy)]
+struct ClaimQuery {
+    per_endpoint: i64,
+    limit: i64,
+    lease_ms: i64,
+}
+
+impl diesel::query_builder::QueryId for ClaimQuery {
+    type QueryId = ClaimQuery;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::Query for ClaimQuery {
+    type SqlType = diesel::sql_types::Untyped;
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for ClaimQuery {
+    /// [`CLAIM_SQL`] with each `$n` bound where it stands (diesel numbers
+    /// binds in order, so a parameter used twice is bound twice).
+    fn walk_ast<'b>(&'b self, mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>) -> QueryResult<()> {
+        let mut rest = CLAIM_SQL;
+        while let Some(at) = rest.find('$') {
+            out.push_sql(&rest[..at]);
+            let value = match rest.as_bytes().get(at + 1) {
+                Some(b'1') => &self.per_endpoint,
+                Some(b'2') => &self.limit,
+                Some(b'3') => &self.lease_ms,
+                _ => unreachable!("CLAIM_SQL names $1, $2 and $3 only"),
+            };
+            out.push_bind_param::<BigInt, _>(value)?;
+            rest = &rest[at + 2..];
+        }
+        out.push_sql(rest);
+        Ok(())
+    }
+}
+
+/// Takes the claims' transaction-scoped advisory lock (held to the
+/// caller's commit): [`claim`] and the leasing fan-in
+/// ([`crate::fanin::fan_in_leasing`]) run one at a time across replicas, and
+/// each statement after it sees every earlier claim's leases. In the same
+/// statement, `plan_cache_mode = force_custom_plan` for the rest of the
+/// transaction (`SET LOCAL`; see [`ClaimQuery`]).
+pub(crate) async fn lock_claims(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1), set_config('plan_cache_mode', 'force_custom_plan', true)")
+        .bind::<BigInt, _>(CLAIM_LOCK_KEY)
+        .execute(conn)
+        .await
+        .map(drop)
+}
 
 /// The sweep of expired leases ([`release_expired`]).
 const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = NULL, updated_at = now() \
@@ -120,13 +179,8 @@ pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, 
     use diesel_async::AsyncConnection;
     conn.transaction(|conn| {
         async move {
-            diesel::sql_query("SELECT pg_advisory_xact_lock($1)").bind::<BigInt, _>(CLAIM_LOCK_KEY).execute(conn).await?;
-            diesel::sql_query(CLAIM_SQL)
-                .bind::<BigInt, _>(i64::from(per_endpoint))
-                .bind::<BigInt, _>(i64::from(limit))
-                .bind::<BigInt, _>(lease_ms)
-                .load(conn)
-                .await
+            lock_claims(conn).await?;
+            ClaimQuery { per_endpoint: i64::from(per_endpoint), limit: i64::from(limit), lease_ms }.load(conn).await
         }
         .scope_boxed()
     })

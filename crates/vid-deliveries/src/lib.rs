@@ -19,7 +19,8 @@
 //!
 //! | transition | function | caller |
 //! |---|---|---|
-//! | fan-in insert (`pending` due now, or `paused`; endpoints by [`fanin::MATCH`]) | [`fanin::fan_in`] | dispatcher fan-in; [`health::disable`]; [`reconcile::pass`] |
+//! | fan-in insert (`pending` due now, or `paused`; endpoints by [`fanin::MATCH`]) | [`fanin::fan_in`] | [`health::disable`]; [`reconcile::pass`] |
+//! | fan-in insert, leasing what fits at once (claim at fan-in) | [`fanin::fan_in_leasing`] | dispatcher fan-in |
 //! | claim: lease a due `pending` delivery | [`lease::claim`] | dispatcher scheduler |
 //! | lease given back / expired / postponed | [`lease::release`], [`lease::release_expired`], [`lease::postpone`] | dispatcher scheduler |
 //! | attempt outcome: `succeeded`, retry scheduled (`pending`), given up (`failed`), `paused` | [`outcome::record`], [`outcome::record_successes`] | dispatcher recorder |
@@ -52,8 +53,11 @@
 //!   a RabbitMQ message only names the event.
 //! - `webhook_reconcile_mark`: [`reconcile`] only (the dispatcher).
 //!
-//! The statements of claim and record are kept as they were when this crate
-//! was cut out of the dispatcher; issue 22 tunes them. The fan-in reads the
+//! Issue 22 tuned the hot path: the dispatcher's fan-in leases the new
+//! deliveries in its insert when the endpoint has free slots and nothing
+//! older due ([`fanin::fan_in_leasing`], under the claims' advisory lock, so
+//! the bound stays exact); the claim is a cached prepared statement, planned
+//! for each call (`force_custom_plan`: its generic plan is slower). The fan-in reads the
 //! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
 //! (issue 24), shared with the reconciliation ([`reconcile`]).
 
@@ -70,7 +74,7 @@ pub use vid_core::delivery::DeliveryStatus;
 pub use vid_core::endpoint::EndpointStatus;
 
 pub use crate::decision::{decide, AttemptRecord, Decision, HealthRules};
-pub use crate::fanin::{fan_in, FannedIn};
+pub use crate::fanin::{fan_in, fan_in_leasing, FannedIn, LeaseFresh};
 pub use crate::health::disable;
 pub use crate::lease::{claim, postpone, release, release_expired, Claimed};
 pub use crate::outcome::{record, record_successes, settle_without_attempt, Recorded};

@@ -47,10 +47,18 @@ pub async fn load_endpoints(conn: &mut AsyncPgConnection, ids: &[EndpointId]) ->
 }
 
 /// How many deliveries wait for a retry: `pending` with a next attempt in the
-/// future (the `webhook_retry_backlog` gauge). One index scan of the partial
-/// index `webhook_deliveries_due`.
+/// future (the `webhook_retry_backlog` gauge). Such a delivery is never
+/// leased (a claim takes only due ones and keeps their due time), so this
+/// counts on the claim's partial index `webhook_deliveries_claimable`
+/// (pending, unleased): one index-only scan, no index of its own.
 pub async fn retry_backlog(conn: &mut AsyncPgConnection) -> QueryResult<i64> {
-    dl::table.filter(dl::status.eq(DeliveryStatus::Pending)).filter(dl::next_attempt_at.gt(diesel::dsl::now)).count().get_result(conn).await
+    dl::table
+        .filter(dl::status.eq(DeliveryStatus::Pending))
+        .filter(dl::locked_until.is_null())
+        .filter(dl::next_attempt_at.gt(diesel::dsl::now))
+        .count()
+        .get_result(conn)
+        .await
 }
 
 /// A delivery row as the delivery log shows it (without payload or lease).

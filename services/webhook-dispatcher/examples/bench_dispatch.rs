@@ -33,7 +33,11 @@
 //!
 //! Environment: `EVENTS`, `ENDPOINTS`, `PER_ENDPOINT_CONCURRENCY` (default 64),
 //! `BATCH_SIZE` (64), `MAX_IN_FLIGHT` (256), `PREFETCH` (256), `POOL_SIZE` (16),
-//! `PUBLISH_CONCURRENCY` (256);
+//! `PUBLISH_CONCURRENCY` (256); `PLAN_CACHE_MODE` (unset: PostgreSQL's
+//! default `auto`; e.g. `force_custom_plan`, set on the bench's database for
+//! every connection); `LEASE_AT_FANIN` (1; 0 sets `dispatcher.lease_at_fanin`
+//! false: every delivery waits for a claim). The fan-out case (one event to 100 endpoints of one
+//! tenant) is `ENDPOINTS=100 EVENTS=400` (40,000 deliveries a burst);
 //! the local stack must be up (`.local/stack.env`).
 
 use std::collections::HashMap;
@@ -324,6 +328,16 @@ async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: 
     std::sync::atomic::AtomicUsize::load(&recorded, std::sync::atomic::Ordering::SeqCst) as f64 / start.elapsed().as_secs_f64()
 }
 
+/// `ALTER DATABASE … SET plan_cache_mode` on the database of `db_url`: every
+/// later connection (the dispatcher's pool) plans with `mode`.
+async fn set_plan_cache_mode(db_url: &str, mode: &str) {
+    let name = db_url.rsplit('/').next().unwrap_or_default().split('?').next().unwrap_or_default().to_owned();
+    assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "database name {name:?}");
+    assert!(mode.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "PLAN_CACHE_MODE {mode:?}");
+    let mut conn = AsyncPgConnection::establish(db_url).await.unwrap();
+    diesel::sql_query(format!("ALTER DATABASE \"{name}\" SET plan_cache_mode = '{mode}'")).execute(&mut conn).await.unwrap();
+}
+
 /// The knobs, from the environment (see the module docs for the defaults).
 struct Config {
     events: usize,
@@ -334,6 +348,8 @@ struct Config {
     prefetch: u16,
     pool: u32,
     publish_concurrency: usize,
+    plan_cache_mode: Option<String>,
+    lease_at_fanin: bool,
 }
 
 impl Config {
@@ -347,12 +363,15 @@ impl Config {
             prefetch: env_or("PREFETCH", 256),
             pool: env_or("POOL_SIZE", 16),
             publish_concurrency: env_or("PUBLISH_CONCURRENCY", 256),
+            plan_cache_mode: std::env::var("PLAN_CACHE_MODE").ok().filter(|m| !m.is_empty()),
+            lease_at_fanin: env_or("LEASE_AT_FANIN", 1u8) != 0,
         }
     }
 
     /// The dispatcher's settings (test profile) for this run's database and amqp prefix.
     fn settings(&self, db_url: &str, prefix: &str) -> Settings {
         let Config { per_endpoint, batch, max_in_flight, prefetch, pool, .. } = *self;
+        let lease_at_fanin = if self.lease_at_fanin { "true" } else { "false" };
         let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
             (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
         let overrides: Vec<(&str, &str)> = vec![
@@ -364,6 +383,7 @@ impl Config {
             ("dispatcher.batch_size", &batch_s),
             ("dispatcher.max_in_flight", &max_in_flight_s),
             ("dispatcher.prefetch", &prefetch_s),
+            ("dispatcher.lease_at_fanin", lease_at_fanin),
         ];
         vid_testkit::settings(&overrides)
     }
@@ -496,9 +516,10 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
 /// broker messages/s, database deliveries/s; `counts`: attempts without a 200, deliveries
 /// not succeeded (-1 if a count failed).
 fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burst, paced: &Paced, counts: (i64, i64)) {
-    let Config { events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency } = *cfg;
+    let Config { events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, .. } = *cfg;
+    let plan_cache_mode = cfg.plan_cache_mode.as_deref().unwrap_or("auto (default)");
     let ((broker_rate, database_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
-    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} (test profile otherwise: idle_poll_ms=50)");
+    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
         burst.deliveries,
@@ -561,6 +582,9 @@ async fn main() {
     let db_url = vid_testkit::fresh_database().await;
     let prefix = vid_testkit::unique_prefix();
     let settings = cfg.settings(&db_url, &prefix);
+    if let Some(mode) = &cfg.plan_cache_mode {
+        set_plan_cache_mode(&db_url, mode).await;
+    }
 
     // 3. Ceilings of the broker and of the database, before the dispatcher runs.
     let broker_rate = broker_ceiling(&settings, cfg.events, cfg.publish_concurrency, cfg.prefetch).await;
@@ -590,10 +614,11 @@ async fn main() {
     // Attempts that did not get a 200 (retried; they inflate the tail).
     let non_200: i64 =
         at::table.filter(at::response_status.ne(200).or(at::response_status.is_null())).count().get_result(&mut conn).await.unwrap_or(-1);
-    let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
+    // Counted once the dispatcher has stopped: its drain records every attempt that went out.
     let _ = stop_tx.send(());
     let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
+    let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
     report(&cfg, wrk_rps, (broker_rate, database_rate), &burst, &paced, (non_200, not_succeeded));
 }

@@ -89,15 +89,17 @@ impl Dispatcher {
 
         let ctx =
             Arc::new(scheduler::Context { db: db.clone(), sender, sealing_key, settings: settings.dispatcher.clone(), wake: wake.clone() });
+        let handoff = scheduler::Handoff::new(&settings.dispatcher);
         let fanin = tokio::spawn(fanin::run(
             db.clone(),
             settings.amqp.clone(),
             settings.dispatcher.prefetch,
             wake.clone(),
+            handoff.clone(),
             broker_up.clone(),
             stop_rx.clone(),
         ));
-        let scheduler = tokio::spawn(scheduler::run(ctx, stop_rx.clone()));
+        let scheduler = tokio::spawn(scheduler::run(ctx, handoff, stop_rx.clone()));
         let listener = tokio::spawn(listen::run(settings.database.url.expose_secret().to_owned(), wake.clone(), stop_rx.clone()));
         let backlog = tokio::spawn(retry_backlog_gauge(
             db.clone(),

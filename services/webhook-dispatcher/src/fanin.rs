@@ -7,7 +7,11 @@
 //! endpoints chosen by the one rule `vid_deliveries::fanin::MATCH`); the
 //! messages are acked only after the commit, so a crash between the two
 //! redelivers them, and `(event_id, endpoint_id)` uniqueness makes the
-//! redelivery harmless. Each message's `x-correlation-id` is logged as the
+//! redelivery harmless. The same insert leases as many of the new
+//! deliveries as the scheduler has free slots and the per-endpoint bound
+//! allows ([`store::fanin::fan_in_leasing`]; issue 22, "claim at fan-in"),
+//! and after the commit they go straight to the scheduler
+//! ([`Handoff::hand_over`]) without a claim. Each message's `x-correlation-id` is logged as the
 //! `correlation_id` field of its `fan_in` span.
 //! From then on the schedule lives in PostgreSQL, not in the broker: a
 //! RabbitMQ restart loses no pending delivery or scheduled retry.
@@ -30,6 +34,8 @@ use vid_infra::settings::AmqpSettings;
 
 use vid_deliveries as store;
 
+use crate::scheduler::Handoff;
+
 /// Shared with the health server: true while the consumer is attached.
 pub type BrokerUp = Arc<AtomicBool>;
 
@@ -40,6 +46,7 @@ pub async fn run(
     amqp: AmqpSettings,
     prefetch: u16,
     wake: Arc<Notify>,
+    handoff: Arc<Handoff>,
     broker_up: BrokerUp,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -50,7 +57,7 @@ pub async fn run(
             return;
         }
         let started = std::time::Instant::now();
-        let result = session(&db, &amqp, prefetch, &wake, &broker_up, &mut shutdown).await;
+        let result = session(&db, &amqp, prefetch, &wake, &handoff, &broker_up, &mut shutdown).await;
         broker_up.store(false, Ordering::SeqCst);
         match result {
             Ok(()) => return,
@@ -75,6 +82,7 @@ async fn session(
     amqp: &AmqpSettings,
     prefetch: u16,
     wake: &Notify,
+    handoff: &Handoff,
     broker_up: &AtomicBool,
     shutdown: &mut watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
@@ -111,7 +119,7 @@ async fn session(
                 None => break,
             }
         }
-        handle_batch(db, &channel, &queue, batch, wake).await?;
+        handle_batch(db, &channel, &queue, batch, wake, handoff).await?;
     }
 }
 
@@ -119,13 +127,15 @@ async fn session(
 /// requeue: they would fail forever); the others' deliveries are inserted in
 /// ONE transaction, and only after its commit are the messages acked (one
 /// `basic.ack` with `multiple`); if the transaction fails they are all
-/// requeued. Counts every message in `amqp_messages_consumed_total{queue,outcome}`.
+/// requeued. The deliveries leased by the insert are handed to the
+/// scheduler after the commit. Counts every message in `amqp_messages_consumed_total{queue,outcome}`.
 async fn handle_batch(
     db: &vid_db::Pool,
     channel: &lapin::Channel,
     queue: &str,
     batch: Vec<lapin::message::Delivery>,
     wake: &Notify,
+    handoff: &Handoff,
 ) -> anyhow::Result<()> {
     let mut messages = Vec::with_capacity(batch.len());
     let mut spans = Vec::with_capacity(batch.len());
@@ -150,15 +160,19 @@ async fn handle_batch(
     }
     let Some(last_tag) = last_tag else { return Ok(()) };
     let n = messages.len() as u64;
-    match fan_in_batch(db, &messages).await {
-        Ok(inserted) => {
+    match fan_in_leasing(db, &messages, handoff).await {
+        Ok((inserted, leased)) => {
+            let leased_n = leased.len();
+            if let Err(back) = handoff.hand_over(leased.0, leased.1) {
+                release(db, &back).await;
+            }
+            if inserted > leased_n {
+                wake.notify_one();
+            }
             channel.basic_ack(last_tag, BasicAckOptions { multiple: true }).await?;
             counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "ack").increment(n);
             for (m, span) in messages.iter().zip(&spans) {
                 span.in_scope(|| tracing::debug!(event_id = %m.event.id, "fanned in"));
-            }
-            if inserted > 0 {
-                wake.notify_one();
             }
         }
         Err(e) => {
@@ -171,6 +185,57 @@ async fn handle_batch(
         }
     }
     Ok(())
+}
+
+/// The fan-in's leases: the deliveries and the reserved slots (at least one each).
+struct Leased(Vec<store::Claimed>, Vec<tokio::sync::OwnedSemaphorePermit>);
+
+impl Leased {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// [`fan_in_batch`], leasing what fits into the slots reserved from
+/// `handoff` once the new deliveries are known
+/// ([`store::fanin::fan_in_leasing`]). Returns how many deliveries were new
+/// and the leased ones with their slots (valid only because the
+/// transaction committed).
+async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff: &Handoff) -> anyhow::Result<(usize, Leased)> {
+    let ids: Vec<vid_core::EventId> = messages.iter().map(|m| m.event.id.clone()).collect();
+    let mut conn = db.get().await?;
+    let mut permits = Vec::new();
+    let (done, leased) = conn
+        .transaction::<_, diesel::result::Error, _>(|conn| {
+            let permits = &mut permits;
+            async move {
+                store::fanin::fan_in_leasing(conn, &ids, |pending| {
+                    if !handoff.leases_at_fanin() {
+                        return None;
+                    }
+                    *permits = handoff.reserve(pending);
+                    Some(handoff.lease(permits.len()))
+                })
+                .await
+            }
+            .scope_boxed()
+        })
+        .await?;
+    permits.truncate(leased.len());
+    Ok((done.deliveries, Leased(leased, permits)))
+}
+
+/// Gives back leases the scheduler could not take (it is draining).
+async fn release(db: &vid_db::Pool, claimed: &[store::Claimed]) {
+    let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
+    let result = async {
+        let mut conn = db.get().await?;
+        anyhow::Ok(store::release(&mut conn, &leases).await?)
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(error = %format!("{e:#}"), "releasing fanned-in leases failed; they expire on their own");
+    }
 }
 
 /// Inserts the deliveries of one event, in one transaction. Returns how many were new.

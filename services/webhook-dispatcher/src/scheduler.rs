@@ -59,7 +59,95 @@ pub struct Context {
     pub wake: Arc<Notify>,
 }
 
-type Leases = Arc<Mutex<HashMap<DeliveryId, DateTime<Utc>>>>;
+/// The leases this process holds, and whether it still takes new ones.
+#[derive(Default)]
+struct LeaseBook {
+    held: HashMap<DeliveryId, DateTime<Utc>>,
+    /// Set when the scheduler starts draining: no lease is added afterwards.
+    closed: bool,
+}
+
+type Leases = Arc<Mutex<LeaseBook>>;
+
+/// Deliveries the fan-in leased in its own insert, with one in-process slot each.
+type Handed = Vec<(Claimed, OwnedSemaphorePermit)>;
+
+/// The fan-in's way into the scheduler (issue 22, "claim at fan-in"): it
+/// reserves in-process slots ([`Handoff::reserve`]), leases that many of
+/// the deliveries it inserts ([`store::fanin::fan_in_leasing`], with the
+/// claim's bound and lease: [`Handoff::lease`]), and after its commit hands
+/// them over ([`Handoff::hand_over`]), so they are sent without a claim.
+pub struct Handoff {
+    slots: Arc<Semaphore>,
+    leases: Leases,
+    tx: mpsc::UnboundedSender<Handed>,
+    rx: Mutex<Option<mpsc::UnboundedReceiver<Handed>>>,
+    per_endpoint: i32,
+    batch: usize,
+    lease_ms: i64,
+    at_fanin: bool,
+}
+
+impl Handoff {
+    /// The scheduler's slots (`max_in_flight`) and lease book, for `settings`.
+    pub fn new(settings: &DispatcherSettings) -> Arc<Handoff> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Arc::new(Handoff {
+            slots: Arc::new(Semaphore::new(settings.max_in_flight.max(1) as usize)),
+            leases: Arc::default(),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            per_endpoint: i32::try_from(settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX),
+            batch: settings.batch_size.max(1) as usize,
+            lease_ms: i64::try_from(settings.lease().as_millis()).unwrap_or(i64::MAX),
+            at_fanin: settings.lease_at_fanin,
+        })
+    }
+
+    /// `dispatcher.lease_at_fanin`: whether the fan-in leases what it inserts.
+    pub fn leases_at_fanin(&self) -> bool {
+        self.at_fanin
+    }
+
+    /// Takes up to `wanted` (at most `batch_size`) free in-process slots,
+    /// none once the scheduler drains. Dropping a permit frees its slot.
+    pub fn reserve(&self, wanted: usize) -> Vec<OwnedSemaphorePermit> {
+        if self.leases.lock().unwrap().closed {
+            return Vec::new();
+        }
+        std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).collect()
+    }
+
+    /// What the fan-in leases for `slots` reserved slots: the claim's bound and lease.
+    pub fn lease(&self, slots: usize) -> store::fanin::LeaseFresh {
+        store::fanin::LeaseFresh {
+            per_endpoint: self.per_endpoint,
+            limit: i32::try_from(slots).unwrap_or(i32::MAX),
+            lease_ms: self.lease_ms,
+        }
+    }
+
+    /// Hands committed leases to the scheduler, one reserved slot each
+    /// (surplus slots are freed). Returns them if the scheduler is draining
+    /// (the caller releases them: [`store::release`]).
+    pub fn hand_over(&self, claimed: Vec<Claimed>, permits: Vec<OwnedSemaphorePermit>) -> Result<(), Vec<Claimed>> {
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let mut book = self.leases.lock().unwrap();
+        if book.closed {
+            return Err(claimed);
+        }
+        for c in &claimed {
+            book.held.insert(c.id.clone(), c.locked_until);
+        }
+        debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved slots");
+        let handed: Handed = claimed.into_iter().zip(permits).collect();
+        // The receiver lives as long as the scheduler, which closes the book before it goes.
+        let _ = self.tx.send(handed);
+        Ok(())
+    }
+}
 
 /// At most this many finished attempts are recorded per statement.
 const RECORD_BATCH: usize = 512;
@@ -104,17 +192,23 @@ struct Loop {
 }
 
 /// Runs until `shutdown` turns true, then drains as described in the module docs.
-pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
+/// `handoff` carries the deliveries the fan-in leased itself (its slots
+/// and lease book are the scheduler's).
+pub async fn run(ctx: Arc<Context>, handoff: Arc<Handoff>, mut shutdown: watch::Receiver<bool>) {
     let s = ctx.settings.clone();
-    let leases: Leases = Arc::default();
+    let leases = handoff.leases.clone();
+    let mut handed = handoff.rx.lock().unwrap().take().expect("one scheduler per handoff");
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Done>();
     let recorder = tokio::spawn(recorder(ctx.clone(), done_rx, leases.clone()));
-    let slots = Arc::new(Semaphore::new(s.max_in_flight.max(1) as usize));
+    let slots = handoff.slots.clone();
     let mut l = Loop { ctx: ctx.clone(), slots, leases, done_tx, tasks: JoinSet::new() };
     let lease_ms = i64::try_from(s.lease().as_millis()).unwrap_or(i64::MAX);
     let mut last_sweep: Option<tokio::time::Instant> = None;
     while !*shutdown.borrow() {
         while l.tasks.try_join_next().is_some() {}
+        while let Ok(batch) = handed.try_recv() {
+            l.start_handed(batch).await;
+        }
         if last_sweep.is_none_or(|t| t.elapsed() >= EXPIRED_LEASE_SWEEP) {
             last_sweep = Some(tokio::time::Instant::now());
             release_expired(&ctx).await;
@@ -125,10 +219,14 @@ pub async fn run(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
         }
         tokio::select! {
             _ = ctx.wake.notified() => {}
+            Some(batch) = handed.recv() => l.start_handed(batch).await,
             _ = tokio::time::sleep(s.idle_poll()) => {}
             _ = shutdown.changed() => {}
         }
     }
+    // No new leases from the fan-in; what it handed over and nobody started is released with the rest.
+    l.leases.lock().unwrap().closed = true;
+    drop(handed);
     l.drain(recorder).await;
 }
 
@@ -136,6 +234,13 @@ impl Loop {
     /// Claims up to `free` deliveries and starts their attempts (or settles
     /// or postpones them). Returns whether it claimed all `free`.
     async fn claim_and_start(&mut self, free: usize, lease_ms: i64) -> bool {
+        // The slots first: the fan-in takes slots too ([`Handoff::reserve`]).
+        let mut permits: Vec<OwnedSemaphorePermit> =
+            std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(free).collect();
+        let free = permits.len();
+        if free == 0 {
+            return false;
+        }
         let batch = match claim_batch(&self.ctx, free, lease_ms).await {
             Ok(batch) => batch,
             Err(e) => {
@@ -147,32 +252,58 @@ impl Loop {
         {
             let mut l = self.leases.lock().unwrap();
             for (c, _) in &batch {
-                l.insert(c.id.clone(), c.locked_until);
+                l.held.insert(c.id.clone(), c.locked_until);
             }
         }
         for (c, target) in batch {
-            match target {
-                Target::Send(ready) => self.start(c, ready),
-                Target::Settle(status) => {
-                    settle(&self.ctx, &c, status).await;
-                    self.leases.lock().unwrap().remove(&c.id);
-                }
-                Target::Broken(e) => {
-                    tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
-                    if let Ok(mut conn) = self.ctx.db.get().await {
-                        let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
-                    }
-                    self.leases.lock().unwrap().remove(&c.id);
-                }
-            }
+            let permit = permits.pop().expect("claimed no more than the slots taken");
+            self.start_or_settle(c, target, permit).await;
         }
         claimed_all
     }
 
-    /// Runs one attempt as its own task, holding one in-process slot until
-    /// its outcome is recorded.
-    fn start(&mut self, c: Claimed, ready: Arc<Ready>) {
-        let permit = self.slots.clone().try_acquire_owned().expect("claimed no more than the free slots");
+    /// Starts the deliveries the fan-in leased ([`Handoff::hand_over`]);
+    /// their endpoints are loaded as for a claim ([`targets`]). If that
+    /// fails the leases are given back at once.
+    async fn start_handed(&mut self, handed: Handed) {
+        let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
+        match targets(&self.ctx, claimed).await {
+            Ok(batch) => {
+                for ((c, target), permit) in batch.into_iter().zip(permits) {
+                    self.start_or_settle(c, target, permit).await;
+                }
+            }
+            Err((e, claimed)) => {
+                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of fanned-in deliveries failed; releasing them");
+                let mut l = self.leases.lock().unwrap();
+                for c in &claimed {
+                    l.held.remove(&c.id);
+                }
+            }
+        }
+    }
+
+    /// One claimed delivery: its attempt starts, or it is settled or postponed.
+    async fn start_or_settle(&mut self, c: Claimed, target: Target, permit: OwnedSemaphorePermit) {
+        match target {
+            Target::Send(ready) => self.start(c, ready, permit),
+            Target::Settle(status) => {
+                settle(&self.ctx, &c, status).await;
+                self.leases.lock().unwrap().held.remove(&c.id);
+            }
+            Target::Broken(e) => {
+                tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
+                if let Ok(mut conn) = self.ctx.db.get().await {
+                    let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
+                }
+                self.leases.lock().unwrap().held.remove(&c.id);
+            }
+        }
+    }
+
+    /// Runs one attempt as its own task, holding its in-process slot
+    /// (`permit`) until its outcome is recorded.
+    fn start(&mut self, c: Claimed, ready: Arc<Ready>, permit: OwnedSemaphorePermit) {
         let ctx = self.ctx.clone();
         let done_tx = self.done_tx.clone();
         self.tasks.spawn(async move {
@@ -199,7 +330,7 @@ impl Loop {
         // recorder writes what is queued and ends.
         drop(done_tx);
         let _ = recorder.await;
-        let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().drain().collect();
+        let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().held.drain().collect();
         if left.is_empty() {
             return;
         }
@@ -237,24 +368,39 @@ fn per_endpoint(ctx: &Context) -> i32 {
 /// Claims up to `limit` due deliveries, then loads their endpoints (one
 /// query) and opens each endpoint's secrets once.
 async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Result<Vec<(Claimed, Target)>> {
-    let mut conn = ctx.db.get().await?;
-    let claimed = store::claim(&mut conn, per_endpoint(ctx), i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?;
+    let claimed = {
+        let mut conn = ctx.db.get().await?;
+        store::claim(&mut conn, per_endpoint(ctx), i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?
+    };
+    targets(ctx, claimed).await.map_err(|(e, _)| e)
+}
+
+/// Loads the endpoints of leased deliveries (one query) and opens each
+/// endpoint's secrets once. If the load fails, the leases are given back
+/// (rather than held until they expire) and returned with the error.
+async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, Target)>, (anyhow::Error, Vec<Claimed>)> {
     if claimed.is_empty() {
         return Ok(Vec::new());
     }
     let mut ids: Vec<EndpointId> = claimed.iter().map(|c| c.endpoint_id.clone()).collect();
     ids.sort();
     ids.dedup();
-    let endpoints = match store::load_endpoints(&mut conn, &ids).await {
-        Ok(e) => e,
-        Err(e) => {
-            // Give the leases back rather than hold them until they expire.
-            let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
-            let _ = store::release(&mut conn, &leases).await;
-            return Err(e.into());
+    let loaded = async {
+        let mut conn = ctx.db.get().await?;
+        match store::load_endpoints(&mut conn, &ids).await {
+            Ok(e) => Ok(e),
+            Err(e) => {
+                let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
+                let _ = store::release(&mut conn, &leases).await;
+                Err(anyhow::Error::from(e))
+            }
         }
+    }
+    .await;
+    let endpoints = match loaded {
+        Ok(e) => e,
+        Err(e) => return Err((e, claimed)),
     };
-    drop(conn);
     let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
     for e in endpoints {
         let target = if e.deleted_at.is_some() {
@@ -349,7 +495,7 @@ async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Done>, leas
             let (ctx, leases) = (ctx.clone(), leases.clone());
             failures.spawn(async move {
                 record_failure(&ctx, &d.claimed, &d.record).await;
-                leases.lock().unwrap().remove(&d.claimed.id);
+                leases.lock().unwrap().held.remove(&d.claimed.id);
                 drop(d);
                 ctx.wake.notify_one();
             });
@@ -358,7 +504,7 @@ async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Done>, leas
             record_successes(&ctx, &ok).await;
             let mut l = leases.lock().unwrap();
             for d in &ok {
-                l.remove(&d.claimed.id);
+                l.held.remove(&d.claimed.id);
             }
         }
         drop(ok); // frees the slots

@@ -107,6 +107,16 @@ pub struct DispatcherSettings {
     /// Events per reconciliation transaction. Default 1000.
     #[serde(default = "default_reconcile_batch")]
     pub reconcile_batch: u32,
+    /// The fan-in leases the deliveries it inserts when their endpoint has
+    /// free slots and nothing older due, and sends them without a claim
+    /// (same bound, lease and order as a claim; issue 22). Default true;
+    /// false: every delivery waits for a claim.
+    #[serde(default = "default_lease_at_fanin")]
+    pub lease_at_fanin: bool,
+}
+
+fn default_lease_at_fanin() -> bool {
+    true
 }
 
 fn default_reconcile_grace() -> f64 {

@@ -1,0 +1,22 @@
+-- webhook-dispatcher (issue 22): webhook_deliveries keeps only the indexes
+-- that a hot-path statement or the delivery log reads. Every delivery row is
+-- written three times (fan-in insert, claim, recorded outcome), none of them a
+-- HOT update, so each index costs an entry at each write whose row fits it.
+--
+-- Kept:
+--   webhook_deliveries_pkey (id): every write of a delivery by id; the FK of
+--     webhook_attempts.
+--   webhook_deliveries_event_id_endpoint_id_key UNIQUE (event_id, endpoint_id):
+--     the fan-in's NOT EXISTS and ON CONFLICT (redelivery is harmless).
+--   webhook_deliveries_endpoint (endpoint_id, id DESC): the delivery log and
+--     the endpoint health (newest first), `:enable`, the disabling.
+--   webhook_deliveries_claimable (partial, pending and unleased): the claim,
+--     the fan-in's "anything older due?" check, the retry-backlog gauge.
+--   webhook_deliveries_leased (partial, pending and leased): the claim's and
+--     the fan-in's in-flight count, the sweep of expired leases.
+-- Dropped:
+--   webhook_deliveries_due (next_attempt_at) WHERE status = 'pending': no
+--     statement reads it since the claim moved to webhook_deliveries_claimable
+--     (migration 2026-11-30-000040); it cost an entry at every insert and every
+--     claim.
+DROP INDEX IF EXISTS webhook_deliveries_due;

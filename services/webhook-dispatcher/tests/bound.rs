@@ -1,0 +1,114 @@
+//! The per-endpoint bound across replicas (issue 22): two dispatchers share
+//! one endpoint whose bound is 2; the receiver counts the requests open at
+//! once and never sees more than 2, while both replicas send. Real
+//! RabbitMQ and PostgreSQL, the receiver on 127.0.0.1.
+
+mod common;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use vid_webhook_dispatcher::ConnectObserver;
+
+/// A receiver that holds every request `hold` before answering `200`,
+/// counting open requests (arrived, not yet answered) with an atomic and
+/// keeping the largest count seen; also how often each `webhook-id` came.
+struct Counting {
+    addr: SocketAddr,
+    open: Arc<AtomicUsize>,
+    max_open: Arc<AtomicUsize>,
+    ids: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Counting {
+    async fn start(hold: Duration) -> Counting {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (open, max_open, ids) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::<Mutex<HashMap<String, usize>>>::default());
+        let (o, m, i) = (open.clone(), max_open.clone(), ids.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (o, m, i) = (o.clone(), m.clone(), i.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (o, m, i) = (o.clone(), m.clone(), i.clone());
+                        async move {
+                            let now_open = o.fetch_add(1, Ordering::SeqCst) + 1;
+                            m.fetch_max(now_open, Ordering::SeqCst);
+                            let id = req.headers().get("webhook-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                            *i.lock().unwrap().entry(id.unwrap_or_default()).or_default() += 1;
+                            tokio::time::sleep(hold).await;
+                            // Closed before the answer leaves: the dispatcher can only free the
+                            // slot after it has the answer, so this never under-counts.
+                            o.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Counting { addr, open, max_open, ids }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+}
+
+/// Counts the connections a replica opens (each is opened for a request it sends).
+fn counting_observer() -> (ConnectObserver, Arc<AtomicUsize>) {
+    let n = Arc::new(AtomicUsize::new(0));
+    let m = n.clone();
+    (
+        Arc::new(move |_| {
+            m.fetch_add(1, Ordering::SeqCst);
+        }),
+        n,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_never_exceed_an_endpoints_bound() {
+    // Small batches and prefetch, so both replicas' fan-ins take messages
+    // (RabbitMQ hands them out round-robin) and both claim.
+    let w = World::new(&[("dispatcher.per_endpoint_concurrency", "2"), ("dispatcher.batch_size", "4"), ("dispatcher.prefetch", "4")]).await;
+    let rx = Counting::start(Duration::from_millis(30)).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let (obs1, sent1) = counting_observer();
+    let (obs2, sent2) = counting_observer();
+    let r1 = w.start_with(w.settings.clone(), no_dns(), Some(obs1));
+    let r2 = w.start_with(w.settings.clone(), no_dns(), Some(obs2));
+    let n = 60;
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(w.publish().await.0);
+    }
+    eventually(Duration::from_secs(60), "every delivery succeeded", || async {
+        (w.deliveries(&endpoint).await.iter().filter(|d| d.status == "succeeded").count() == n).then_some(())
+    })
+    .await;
+    let max_open = rx.max_open.load(Ordering::SeqCst);
+    assert!(max_open <= 2, "at most 2 requests open at the receiver at any moment, saw {max_open}");
+    assert_eq!(max_open, 2, "the bound was used (two at once), so a replica-local bound would have shown up");
+    let (s1, s2) = (sent1.load(Ordering::SeqCst), sent2.load(Ordering::SeqCst));
+    assert!(s1 > 0 && s2 > 0, "both replicas sent: connections opened {s1} and {s2}");
+    let counts = rx.ids.lock().unwrap().clone();
+    for id in &ids {
+        assert_eq!(counts.get(id.as_str()), Some(&1), "event {id} sent once");
+    }
+    assert_eq!(rx.open.load(Ordering::SeqCst), 0);
+    assert_eq!(w.attempts(&endpoint).await.len(), n);
+    r1.stop().await;
+    r2.stop().await;
+}
