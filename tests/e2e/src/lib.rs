@@ -24,8 +24,21 @@ pub fn bin_dir() -> PathBuf {
     target.join("debug")
 }
 
+/// A loopback port nothing listens on now and that this process has not
+/// handed out before. The port is released before a child binds it, so two
+/// tests of one binary (they run in parallel) could otherwise be handed the
+/// same port between the release and the child's bind: one test's api then
+/// answered another's dispatcher health route (`{"status":"not found"}`).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !handed.contains(&port) {
+            handed.push(port);
+            return port;
+        }
+    }
 }
 
 /// One running platform: four child processes sharing a fresh database and prefix.
