@@ -70,9 +70,13 @@ impl DownloadProgress {
 }
 
 /// api → ingest worker: download one source. Published through the api's
-/// outbox in the transaction that created the operation; consumed from
-/// `P.ingest.jobs` with manual acks. A redelivered job downloads again from
-/// the start (the object at `source_key` is overwritten).
+/// outbox in the transaction that created the operation (attempt 1), and
+/// again by the api's janitor while the operation still awaits its source
+/// past `operations.ingest_redrive_after_seconds` (a lost job: attempt + 1,
+/// rebuilt from what the operation's rows hold); consumed from
+/// `P.ingest.jobs` with manual acks. A copy whose source is already stored
+/// downloads nothing (the worker asks storage first) and reports
+/// `downloaded` again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngestJob {
     /// The operation to report on.
@@ -98,6 +102,14 @@ pub struct IngestJob {
     /// Static MP4s or not (carried to the transcode job by the api).
     #[serde(default)]
     pub mp4_support: Mp4Support,
+    /// How many times the api published this job: 1 at `POST /ingests`, +1
+    /// per re-drive (`operations.job_attempt`). For logs; absent: 1.
+    #[serde(default = "first_attempt")]
+    pub attempt: i32,
+}
+
+fn first_attempt() -> i32 {
+    1
 }
 
 /// ingest worker → api (`P.ingest.reports`): one step of an ingest. May

@@ -42,6 +42,9 @@ diesel::table! {
         poster_time -> Nullable<Float8>,
         cors_origin -> Nullable<Text>,
         source_url -> Nullable<Text>,
+        source_max_size_bytes -> Nullable<Int8>,
+        source_declared_content_type -> Nullable<Text>,
+        source_allowed_content_types -> Nullable<Array<Text>>,
     }
 }
 

@@ -1,6 +1,7 @@
 //! Periodic clean-up: expire abandoned uploads, fail operations whose worker
-//! went silent, re-drive transcode jobs the broker may have lost (issue 24:
-//! PostgreSQL is the truth for transcode jobs; see [`redrive`]).
+//! went silent, re-drive transcode and ingest jobs the broker may have lost
+//! (issue 24: PostgreSQL is the truth for both; see [`redrive`] and
+//! [`redrive_ingests`]).
 //! Safe to run in every replica at once: each change is a guarded UPDATE
 //! (for operations: a transition under the row lock, guarded by the status
 //! and `job_attempt` the pass read).
@@ -13,7 +14,7 @@ use vid_core::upload::UploadStatus;
 use crate::domain::operation::{self, Applied, Outcome, Transition};
 use crate::error::codes;
 use crate::state::AppState;
-use crate::store::{operations, uploads};
+use crate::store::{ingests, operations, uploads};
 
 /// How long an upload may stay `completing` (measured from when `complete`
 /// marked it) before the janitor may expire it, once past its `expires_at`.
@@ -52,6 +53,7 @@ pub async fn sweep(state: &AppState) -> anyhow::Result<(usize, usize)> {
 
     let failed = silent(state, &mut conn, now).await?.lost;
     redrive(state, &mut conn, now).await?;
+    redrive_ingests(state, &mut conn, now).await?;
     drop(conn);
     crate::idempotency::purge_expired(&state.db).await?;
     Ok((expired, failed))
@@ -148,6 +150,69 @@ pub async fn redrive(state: &AppState, conn: &mut crate::store::Conn, now: chron
             done.redriven += 1;
         } else {
             tracing::error!(operation_id = %stale.id, attempts = stale.job_attempt, "transcode job lost: operation failed (job_lost)");
+            vid_infra::metrics::counter!("operations_job_lost_total").increment(1);
+            done.lost += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// What one [`redrive_ingests`] pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IngestsRedriven {
+    /// Ingest jobs published again (`ingest_jobs_redriven_total`).
+    pub redriven: usize,
+    /// Ingests failed as `job_lost` (`operations_job_lost_total`).
+    pub lost: usize,
+}
+
+/// Heals lost ingest jobs: an operation still awaiting its source (no
+/// `downloaded` report applied) with no sign of life since
+/// `operations.ingest_redrive_after_seconds` before `now` (its job last
+/// published, or its last download report) has its job published again
+/// through the outbox ([`Transition::RedriveIngest`]: attempt + 1, every
+/// input read back from its rows) while fewer than `operations.max_redrives`
+/// re-drives were made; one still awaiting its source
+/// `operations.ingest_lost_after_seconds` after `POST /ingests` fails
+/// `job_lost` (a worker still downloading it is told to stop). At most 100
+/// per pass. A re-drive is harmless when the original turns up: the worker
+/// finds the stored source (HeadObject) and reports `downloaded` again.
+pub async fn redrive_ingests(
+    state: &AppState,
+    conn: &mut crate::store::Conn,
+    now: chrono::DateTime<Utc>,
+) -> anyhow::Result<IngestsRedriven> {
+    let o = &state.settings.operations;
+    let silent_before = now - chrono::Duration::seconds(o.ingest_redrive_after_seconds as i64);
+    let lost_before = now - chrono::Duration::seconds(o.ingest_lost_after_seconds as i64);
+    let max_attempt = i32::try_from(o.max_redrives).unwrap_or(i32::MAX - 1) + 1;
+    let defaults = ingests::IngestDefaults {
+        max_size_bytes: state.settings.uploads.max_size_bytes,
+        allowed_content_types: state.settings.uploads.allowed_content_types.clone(),
+    };
+    let mut done = IngestsRedriven::default();
+    for stale in ingests::stale_awaiting(conn, silent_before, lost_before, 100).await? {
+        let transition = if stale.created_at < lost_before {
+            let error = codes::JOB_LOST.problem().with_detail(format!(
+                "the source was not downloaded within {} s ({} job publications)",
+                o.ingest_lost_after_seconds, stale.job_attempt
+            ));
+            Transition::JobLost { seen: stale.job_attempt, error }
+        } else if stale.job_attempt < max_attempt {
+            Transition::RedriveIngest { seen: stale.job_attempt, defaults: defaults.clone() }
+        } else {
+            continue; // re-drives used up: wait for the deadline
+        };
+        let redrive = matches!(transition, Transition::RedriveIngest { .. });
+        if operation::apply(conn, &state.outbox, &stale.id, transition).await? != Applied::Changed {
+            continue; // another replica got there first, or the source arrived
+        }
+        if redrive {
+            tracing::warn!(operation_id = %stale.id, attempt = stale.job_attempt + 1, "ingest awaiting its source with no sign of life: ingest job re-driven");
+            vid_infra::metrics::counter!("ingest_jobs_redriven_total").increment(1);
+            done.redriven += 1;
+        } else {
+            tracing::error!(operation_id = %stale.id, attempts = stale.job_attempt, "ingest past its deadline: operation failed (job_lost)");
             vid_infra::metrics::counter!("operations_job_lost_total").increment(1);
             done.lost += 1;
         }

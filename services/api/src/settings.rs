@@ -139,6 +139,20 @@ pub struct OperationSettings {
     /// ...and the age (seconds since `complete`) it must also have reached.
     #[serde(default = "default_job_lost_after_seconds")]
     pub job_lost_after_seconds: u64,
+    /// An ingest still awaiting its source (no `downloaded` report) with no
+    /// sign of life for this long (its job last published, or its last
+    /// download report, this many seconds ago) has its job published again
+    /// (attempt + 1, at most `max_redrives` times): the job was lost. Keep it
+    /// above the ingest worker's `idle_timeout_ms` and above any wait in its
+    /// queue the backlog should show.
+    #[serde(default = "default_ingest_redrive_after_seconds")]
+    pub ingest_redrive_after_seconds: u64,
+    /// An ingest still awaiting its source this many seconds after
+    /// `POST /ingests` fails as `job_lost` (its total deadline), whatever its
+    /// re-drives; a worker still downloading it is told to stop (cancel
+    /// broadcast). Keep it above the worker's `total_timeout_seconds`.
+    #[serde(default = "default_ingest_lost_after_seconds")]
+    pub ingest_lost_after_seconds: u64,
     /// Seconds between janitor passes.
     #[serde(default = "default_janitor_interval_seconds")]
     pub janitor_interval_seconds: u64,
@@ -154,6 +168,14 @@ fn default_max_redrives() -> u32 {
 
 fn default_job_lost_after_seconds() -> u64 {
     86400
+}
+
+fn default_ingest_redrive_after_seconds() -> u64 {
+    900
+}
+
+fn default_ingest_lost_after_seconds() -> u64 {
+    21600
 }
 
 fn default_janitor_interval_seconds() -> u64 {

@@ -16,26 +16,21 @@ use crate::store::outbox::Outbox;
 use crate::store::uploads;
 use crate::store::Conn;
 
-/// What the ingest job needs besides the rows: the limit and the media types.
-pub struct IngestLimits<'a> {
-    /// The most bytes to download.
-    pub max_size_bytes: u64,
-    /// The declared media type, if the request named one.
-    pub declared_content_type: Option<&'a str>,
-    /// `uploads.allowed_content_types`.
-    pub allowed_content_types: &'a [String],
-}
+pub use crate::store::ingests::IngestLimits;
 
 /// In one transaction: inserts the ingest's upload (`completed`, no parts,
 /// `source_url` set), its video (`processing`) and operation (`pending`,
 /// phase `downloading`, awaiting its source), links them, and queues the
-/// [`IngestJob`] in the outbox (whose commit wakes the relay). Returns the
-/// operation as committed.
+/// [`IngestJob`] (attempt 1) in the outbox (whose commit wakes the relay).
+/// Every input of the job is stored with the rows (`limits` with the
+/// upload), so the janitor can publish it again if the broker loses it
+/// ([`super::operation::Transition::RedriveIngest`]). Returns the operation
+/// as committed.
 pub async fn create(conn: &mut Conn, outbox: &Outbox, new: &NewIngestUpload<'_>, limits: &IngestLimits<'_>) -> QueryResult<Operation> {
     outbox
         .transaction(conn, move |conn, staged| {
             async move {
-                ingests::insert_upload(conn, new).await?;
+                ingests::insert_upload(conn, new, limits).await?;
                 let video_id = VideoId::generate();
                 let op_id = OperationId::generate();
                 let transcode = NewTranscode {
@@ -63,6 +58,7 @@ pub async fn create(conn: &mut Conn, outbox: &Outbox, new: &NewIngestUpload<'_>,
                     content_type: limits.declared_content_type.map(str::to_owned),
                     allowed_content_types: limits.allowed_content_types.to_vec(),
                     mp4_support: new.mp4_support,
+                    attempt: 1,
                 };
                 staged.ingest_job(conn, &job).await?;
                 let row = ops::get_with_revision(conn, &op_id, None).await?.map(|(row, _)| row).ok_or(diesel::result::Error::NotFound)?;

@@ -27,9 +27,13 @@
 //!   While an open operation has no owner, the first run to report anything
 //!   takes it. Every other report of a run that is not the owner is ignored
 //!   ([`Applied::NotOwner`]); outputs are never deleted for it;
-//! - a job is re-published ([`Transition::Redrive`]) or the operation failed
-//!   `job_lost` ([`Transition::JobLost`]) only while it is `pending` with the
-//!   `job_attempt` the janitor read; a silent `running` one is re-published
+//! - a job is re-published ([`Transition::Redrive`]; an ingest's job while
+//!   the operation awaits its source, [`Transition::RedriveIngest`]) or the
+//!   operation failed `job_lost` ([`Transition::JobLost`]) only while it is
+//!   `pending` with the `job_attempt` the janitor read;
+//! - a cancelled (or `job_lost`) ingest queues the cancel broadcast, which
+//!   ingest workers hear too (they stop the download and abort its multipart
+//!   upload); a download report on a cancelled ingest queues it again; a silent `running` one is re-published
 //!   ([`Transition::RedriveSilent`]) only while still `running`, silent, at
 //!   that `job_attempt`: of replicas racing, one wins;
 //! - a dead-lettered copy fails the operation ([`Transition::DeadLetter`])
@@ -121,7 +125,22 @@ pub enum Transition {
         /// The source's media type.
         content_type: String,
     },
-    /// Fail the operation with `error` (`job_lost`), if still `pending` at `job_attempt == seen`.
+    /// Publish an ingest's job again (attempt + 1), rebuilt from the rows
+    /// (`store::ingests::job_of`), if still `pending`, awaiting its source, at
+    /// `job_attempt == seen`: the job was lost before a worker downloaded the
+    /// source (broker loss, a worker that died after taking it). Harmless if
+    /// the original turns up: a worker finds a stored source (HeadObject)
+    /// and reports `downloaded` again, which changes nothing once applied.
+    RedriveIngest {
+        /// The `job_attempt` the janitor read.
+        seen: i32,
+        /// For an ingest from before its job's inputs were stored.
+        defaults: crate::store::ingests::IngestDefaults,
+    },
+    /// Fail the operation with `error` (`job_lost`), if still `pending` at
+    /// `job_attempt == seen`. For an ingest still awaiting its source, the
+    /// cancel broadcast is sent too, so a worker still downloading it stops
+    /// and aborts its multipart upload.
     JobLost {
         /// The `job_attempt` the janitor read.
         seen: i32,
@@ -236,16 +255,31 @@ async fn apply_as(
                     Transition::Scan(outcome) => scan(conn, &op, outcome).await,
                     Transition::Finish(outcome) => finish(conn, &op, outcome).await,
                     Transition::Cancel => cancel(conn, &op).await,
+                    Transition::Download { .. } if op.status == OperationStatus::Cancelled => {
+                        // A worker still downloads a cancelled ingest: the broadcast missed it; tell it again.
+                        op.staged.cancel_transcode(conn, op.id, None).await?;
+                        Ok(Applied::AlreadyTerminal(op.status))
+                    }
                     Transition::Download { .. } | Transition::SourceReady { .. } if op.status.is_terminal() => {
                         Ok(Applied::AlreadyTerminal(op.status))
                     }
                     Transition::Download { .. } | Transition::SourceReady { .. } if !row.awaiting_source => Ok(Applied::Ignored),
                     Transition::Download { bytes, total } => download(conn, &op, bytes, total).await,
                     Transition::SourceReady { size_bytes, content_type } => source_ready(conn, &op, size_bytes, &content_type).await,
-                    Transition::Redrive { seen } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
+                    Transition::Redrive { seen }
+                        if op.status == OperationStatus::Pending && !row.awaiting_source && row.job_attempt == seen =>
+                    {
                         redrive(conn, &op, None).await
                     }
+                    Transition::RedriveIngest { seen, defaults }
+                        if op.status == OperationStatus::Pending && row.awaiting_source && row.job_attempt == seen =>
+                    {
+                        redrive_ingest(conn, &op, &defaults).await
+                    }
                     Transition::JobLost { seen, error } if op.status == OperationStatus::Pending && row.job_attempt == seen => {
+                        if row.awaiting_source {
+                            op.staged.cancel_transcode(conn, op.id, None).await?;
+                        }
                         finish(conn, &op, Outcome::Failed { error, source: None }).await
                     }
                     Transition::RedriveSilent { seen, silent_before, now }
@@ -264,7 +298,10 @@ async fn apply_as(
                         }
                         finish(conn, &op, Outcome::Failed { error, source: None }).await
                     }
-                    Transition::Redrive { .. } | Transition::JobLost { .. } | Transition::RedriveSilent { .. } => Ok(Applied::Ignored),
+                    Transition::Redrive { .. }
+                    | Transition::RedriveIngest { .. }
+                    | Transition::JobLost { .. }
+                    | Transition::RedriveSilent { .. } => Ok(Applied::Ignored),
                 }
             }
             .scope_boxed()
@@ -376,7 +413,7 @@ async fn finish(conn: &mut Conn, op: &Locked<'_>, outcome: Outcome) -> QueryResu
 
 /// Cancels an open operation: the operation `cancelled` (error code
 /// `cancelled`), the video `cancelled` with event `video.cancelled`, and a
-/// cancel broadcast to every transcoder. A terminal one is left alone
+/// cancel broadcast to every transcoder and ingest worker. A terminal one is left alone
 /// ([`Applied::AlreadyTerminal`], or [`Applied::Ignored`] if already cancelled).
 async fn cancel(conn: &mut Conn, op: &Locked<'_>) -> QueryResult<Applied> {
     if op.status.is_terminal() {
@@ -471,5 +508,15 @@ async fn redrive(conn: &mut Conn, op: &Locked<'_>, heartbeat: Option<DateTime<Ut
     let job = super::transcode_job(op.id, &src.video, &src.tenant, src.source_key, src.size_bytes, attempt, src.mp4_support);
     let job = vid_core::messages::TranscodeJob { poster_time: src.poster_time, ..job };
     op.staged.transcode_job(conn, &job).await?;
+    Ok(Applied::Changed)
+}
+
+/// Publishes an ingest's job again through the outbox, rebuilt from the
+/// rows, with the next attempt number (`job_attempt + 1`,
+/// `job_published_at = now()`); not a visible change (no revision bump).
+async fn redrive_ingest(conn: &mut Conn, op: &Locked<'_>, defaults: &crate::store::ingests::IngestDefaults) -> QueryResult<Applied> {
+    let attempt = ops::set_republished(conn, op.id, None).await?;
+    let job = crate::store::ingests::job_of(conn, op.id, attempt, defaults).await?;
+    op.staged.ingest_job(conn, &job).await?;
     Ok(Applied::Changed)
 }

@@ -87,7 +87,7 @@ registry! { OPERATION_ERRORS:
     CANCELLED = "cancelled", 409, "Operation cancelled", "The operation was cancelled at the caller's request (`POST /operations/{id}:cancel`).";
     WORKER_LOST = "worker_lost", 500, "Worker lost", "The transcoder stopped reporting for longer than `operations.heartbeat_timeout_seconds`.";
     TRANSCODE_RETRIES_EXHAUSTED = "transcode_retries_exhausted", 500, "Transcode failed repeatedly", "The job was handed to a worker the delivery limit's number of times without an outcome.";
-    JOB_LOST = "job_lost", 500, "Job lost", "No transcoder took the job after `operations.max_redrives` re-drives and `operations.job_lost_after_seconds`.";
+    JOB_LOST = "job_lost", 500, "Job lost", "No transcoder took the job after `operations.max_redrives` re-drives and `operations.job_lost_after_seconds`; for an ingest, its source was not downloaded within `operations.ingest_lost_after_seconds`.";
     SOURCE_UNREACHABLE = "source_unreachable", 502, "Source unreachable", "An ingest's `source_url` did not resolve or accept a connection (or its TLS handshake failed).";
     SOURCE_HTTP_ERROR = "source_http_error", 502, "Source answered an error", "An ingest's source answered a non-2xx status (`source_status`), or broken HTTP.";
     SOURCE_TIMEOUT = "source_timeout", 504, "Source timed out", "An ingest's source stalled past `ingest_worker.idle_timeout_ms`, or the download exceeded its total timeout.";

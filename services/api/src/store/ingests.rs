@@ -6,11 +6,14 @@
 //! Writer: the api only — `POST /ingests` ([`insert_upload`],
 //! [`mark_awaiting_source`]) and the ingest-report consumer through
 //! [`crate::domain::operation`] ([`set_download`], [`set_source_ready`]).
+//! The janitor reads [`stale_awaiting`] and re-drives through
+//! [`crate::domain::operation`], which rebuilds the job with [`job_of`].
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use vid_core::ingest::IngestJob;
 use vid_core::messages::Mp4Support;
-use vid_core::operation::Phase;
+use vid_core::operation::{OperationStatus, Phase};
 use vid_core::playback::PlaybackPolicy;
 use vid_core::upload::UploadStatus;
 use vid_core::{OperationId, TenantId, UploadId, VideoId};
@@ -41,10 +44,24 @@ pub struct NewIngestUpload<'a> {
     pub mp4_support: Mp4Support,
 }
 
+/// What the ingest job needs besides the rows' other columns: the limit and
+/// the media types. Stored with the upload ([`insert_upload`]) so a lost job
+/// can be published again as it was ([`job_of`]).
+pub struct IngestLimits<'a> {
+    /// The most bytes to download (`IngestJob.max_size_bytes`).
+    pub max_size_bytes: u64,
+    /// The declared media type, if the request named one (`IngestJob.content_type`).
+    pub declared_content_type: Option<&'a str>,
+    /// `uploads.allowed_content_types` at `POST /ingests` (`IngestJob.allowed_content_types`).
+    pub allowed_content_types: &'a [String],
+}
+
 /// Inserts an ingest's upload: status `completed` (there are no parts to
 /// send and nothing to abort: the ingest worker runs its own multipart
-/// upload), size 0 until the download ends, `source_url` set.
-pub async fn insert_upload(conn: &mut Conn, new: &NewIngestUpload<'_>) -> QueryResult<()> {
+/// upload), size 0 until the download ends, `source_url` set, and every
+/// other input of its job (`limits`: `source_max_size_bytes`,
+/// `source_declared_content_type`, `source_allowed_content_types`).
+pub async fn insert_upload(conn: &mut Conn, new: &NewIngestUpload<'_>, limits: &IngestLimits<'_>) -> QueryResult<()> {
     diesel::insert_into(uploads::table)
         .values((
             uploads::id.eq(new.id),
@@ -61,6 +78,9 @@ pub async fn insert_upload(conn: &mut Conn, new: &NewIngestUpload<'_>) -> QueryR
             uploads::playback_policy.eq(new.playback_policy),
             uploads::mp4_support.eq(new.mp4_support),
             uploads::source_url.eq(new.source_url),
+            uploads::source_max_size_bytes.eq(i64::try_from(limits.max_size_bytes).unwrap_or(i64::MAX)),
+            uploads::source_declared_content_type.eq(limits.declared_content_type),
+            uploads::source_allowed_content_types.eq(limits.allowed_content_types),
         ))
         .execute(conn)
         .await
@@ -101,9 +121,11 @@ pub async fn set_download(conn: &mut Conn, id: &OperationId, bytes: u64, total: 
 }
 
 /// The source is in storage: the upload and video get its size and media
-/// type; the operation stops awaiting it (so the janitor's re-drive applies
-/// from now, `job_published_at = now()`) and shows the final byte count as
-/// both the bytes downloaded and the total.
+/// type; the operation stops awaiting it (so the janitor's transcode re-drive
+/// applies from now: `job_published_at = now()`, `job_attempt = 1`, the
+/// attempt of the transcode job queued with it, whatever number of ingest
+/// re-drives came before) and shows the final byte count as both the bytes
+/// downloaded and the total.
 pub async fn set_source_ready(conn: &mut Conn, id: &OperationId, video: &VideoId, size_bytes: u64, content_type: &str) -> QueryResult<()> {
     let size = i64::try_from(size_bytes).unwrap_or(i64::MAX);
     let upload: UploadId = videos::table.filter(videos::id.eq(video)).select(videos::upload_id).first(conn).await?;
@@ -120,6 +142,7 @@ pub async fn set_source_ready(conn: &mut Conn, id: &OperationId, video: &VideoId
         .set((
             operations::awaiting_source.eq(false),
             operations::job_published_at.eq(diesel::dsl::now),
+            operations::job_attempt.eq(1),
             operations::download_bytes.eq(size),
             operations::download_total_bytes.eq(size),
             operations::updated_at.eq(now),
@@ -142,4 +165,91 @@ pub async fn unclaimed_source_key_of(conn: &mut Conn, id: &OperationId) -> Query
         .first(conn)
         .await
         .optional()
+}
+
+/// The settings an ingest from before the job's inputs were stored
+/// (migration `ingest_job_inputs`) is re-driven with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestDefaults {
+    /// `uploads.max_size_bytes`.
+    pub max_size_bytes: u64,
+    /// `uploads.allowed_content_types`.
+    pub allowed_content_types: Vec<String>,
+}
+
+/// The ingest job of operation `id` rebuilt from its rows (operation,
+/// video, upload: URL, key, limit, declared and allowed media types,
+/// `mp4_support`) with `attempt`; a NULL limit or allow-list (a row from
+/// before they were stored) takes `defaults`. Errors: `NotFound` if the
+/// operation has no ingest upload.
+pub async fn job_of(conn: &mut Conn, id: &OperationId, attempt: i32, defaults: &IngestDefaults) -> QueryResult<IngestJob> {
+    type Row = (VideoId, UploadId, TenantId, Option<String>, String, Option<i64>, Option<String>, Option<Vec<String>>, Mp4Support);
+    let row: Row = operations::table
+        .inner_join(videos::table.on(videos::id.eq(operations::video_id)))
+        .inner_join(uploads::table.on(uploads::id.eq(videos::upload_id)))
+        .filter(operations::id.eq(id))
+        .select((
+            operations::video_id,
+            videos::upload_id,
+            operations::tenant_id,
+            uploads::source_url,
+            videos::source_key,
+            uploads::source_max_size_bytes,
+            uploads::source_declared_content_type,
+            uploads::source_allowed_content_types,
+            uploads::mp4_support,
+        ))
+        .first(conn)
+        .await?;
+    let (video_id, upload_id, tenant_id, source_url, source_key, max, declared, allowed, mp4_support) = row;
+    Ok(IngestJob {
+        operation_id: id.clone(),
+        video_id,
+        upload_id,
+        tenant_id,
+        source_url: source_url.ok_or(diesel::result::Error::NotFound)?,
+        source_key,
+        max_size_bytes: max.and_then(|n| u64::try_from(n).ok()).unwrap_or(defaults.max_size_bytes),
+        content_type: declared,
+        allowed_content_types: allowed.unwrap_or_else(|| defaults.allowed_content_types.clone()),
+        mp4_support,
+        attempt,
+    })
+}
+
+/// An ingest still awaiting its source that the janitor may re-drive or fail.
+#[derive(Debug, Clone, Queryable)]
+pub struct StaleIngest {
+    /// The operation.
+    pub id: OperationId,
+    /// Its `job_attempt` when read (the guard of the re-drive or `job_lost`).
+    pub job_attempt: i32,
+    /// When it was accepted (`POST /ingests`).
+    pub created_at: DateTime<Utc>,
+}
+
+/// Up to `limit` `pending` operations still awaiting their source whose
+/// last sign of life (the job's last publication, `job_published_at`, or the
+/// last change a download report made, `updated_at`) is before
+/// `silent_before`, or that were accepted before `lost_before` (their total
+/// deadline passed); the most silent first. Served by the partial index
+/// `operations_pending_published` (pending rows only).
+pub async fn stale_awaiting(
+    conn: &mut Conn,
+    silent_before: DateTime<Utc>,
+    lost_before: DateTime<Utc>,
+    limit: i64,
+) -> QueryResult<Vec<StaleIngest>> {
+    use diesel::sql_types::{Bool, Timestamptz};
+    let silent =
+        diesel::dsl::sql::<Bool>("GREATEST(operations.job_published_at, operations.updated_at) < ").bind::<Timestamptz, _>(silent_before);
+    operations::table
+        .filter(operations::status.eq(OperationStatus::Pending))
+        .filter(operations::awaiting_source.eq(true))
+        .filter(silent.or(operations::created_at.lt(lost_before)))
+        .order(operations::job_published_at.asc())
+        .limit(limit)
+        .select((operations::id, operations::job_attempt, operations::created_at))
+        .load(conn)
+        .await
 }
