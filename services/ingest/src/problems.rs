@@ -52,13 +52,18 @@ pub enum IngestError {
     /// Writing to storage failed (after the SDK's own retries).
     #[error("storage failed: {0}")]
     Storage(String),
+    /// The api ended the operation meanwhile (`:cancel`, or `job_lost`) and
+    /// said so on the control fan-out: the download stopped, its multipart
+    /// upload was aborted, and no report is sent (the operation is terminal).
+    #[error("the operation was cancelled")]
+    Cancelled,
 }
 
 impl IngestError {
     /// The stable code: a [`UrlError::code`] for refusals, else
     /// `source_unreachable`, `source_http_error`, `source_timeout`,
-    /// `source_too_large`, `too_many_redirects`, `source_empty` or
-    /// `ingest_storage_failed`.
+    /// `source_too_large`, `too_many_redirects`, `source_empty`,
+    /// `ingest_storage_failed` or `cancelled`.
     pub fn code(&self) -> &'static str {
         match self {
             IngestError::Refused(e) => e.code(),
@@ -69,6 +74,7 @@ impl IngestError {
             IngestError::TooManyRedirects { .. } | IngestError::BadRedirect(_) => "too_many_redirects",
             IngestError::Empty => "source_empty",
             IngestError::Storage(_) => "ingest_storage_failed",
+            IngestError::Cancelled => "cancelled",
         }
     }
 
@@ -106,6 +112,7 @@ impl IngestError {
             IngestError::TooManyRedirects { .. } | IngestError::BadRedirect(_) => (502, "Too many redirects"),
             IngestError::Empty => (422, "Source empty"),
             IngestError::Storage(_) => (503, "Storage failed"),
+            IngestError::Cancelled => (409, "Operation cancelled"),
         };
         let problem = Problem::new(status, self.code(), title).with_detail(self.public_detail());
         match self {

@@ -19,8 +19,23 @@
 //!   holding about two parts in memory;
 //! - on shutdown the downloads in hand are dropped unacked, so RabbitMQ
 //!   hands their jobs to another worker (their multipart uploads are left to
-//!   the bucket's lifecycle rule).
+//!   the bucket's lifecycle rule);
+//! - a cancel stops the download: each session also consumes the control
+//!   fan-out (`P.control`, one exclusive, auto-delete, server-named queue per
+//!   process, auto-ack, as each transcoder does), where the api's outbox
+//!   broadcasts `CancelTranscode {operation_id, run_id: None}` when an
+//!   operation is cancelled (`:cancel`) or an ingest fails `job_lost`. A
+//!   download of that operation in hand stops between chunks (or while it
+//!   waits for the source), aborts its multipart upload and acks its job
+//!   without a report (the operation is terminal), freeing its slot at
+//!   once; a job taken after its cancel was heard (the last
+//!   [`RECENT_CANCELS`] cancelled operations are remembered) is acked
+//!   without downloading. Cancels naming a run (`run_id: Some`) are the
+//!   transcoders' and are ignored. A cancel the process missed (the broker
+//!   dropped it, or it came between two sessions) is sent again by the api
+//!   at the next progress report of that download.
 
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,11 +43,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use vid_core::ingest::{IngestJob, IngestReport, IngestReportKind};
+use vid_core::messages::CancelTranscode;
 use vid_infra::amqp::{Publisher, Topology, RK_REPORT};
 use vid_netguard::Resolve;
 
@@ -48,6 +64,85 @@ struct Shared {
     s3: aws_sdk_s3::Client,
     topology: Topology,
     worker: String,
+    cancels: Cancels,
+}
+
+/// How many cancelled operations a process remembers, for jobs taken after
+/// their cancel was heard (a cancel of a job still queued).
+pub const RECENT_CANCELS: usize = 4096;
+
+/// The cancels this process heard on the control fan-out: a flag per
+/// operation whose download is in hand, and the operations cancelled lately.
+#[derive(Default)]
+struct Cancels {
+    inner: std::sync::Mutex<CancelsInner>,
+}
+
+#[derive(Default)]
+struct CancelsInner {
+    /// Operation id → (deliveries of it in hand, the flag they watch).
+    in_hand: HashMap<String, (usize, watch::Sender<bool>)>,
+    /// The last [`RECENT_CANCELS`] cancelled operations, oldest first.
+    recent: VecDeque<String>,
+}
+
+impl Cancels {
+    /// Registers a download of `op`; its flag is already set if `op` was cancelled lately.
+    fn register(&self, op: &str) -> Registration<'_> {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        let cancelled = inner.recent.iter().any(|r| r == op);
+        let entry = inner.in_hand.entry(op.to_owned()).or_insert_with(|| (0, watch::channel(false).0));
+        entry.0 += 1;
+        if cancelled {
+            entry.1.send_replace(true);
+        }
+        Registration { cancels: self, op: op.to_owned(), flag: entry.1.subscribe() }
+    }
+
+    /// Records that `op` was cancelled and flags its downloads in hand;
+    /// whether one was in hand.
+    fn cancel(&self, op: &str) -> bool {
+        let mut inner = self.inner.lock().expect("not poisoned");
+        if !inner.recent.iter().any(|r| r == op) {
+            if inner.recent.len() == RECENT_CANCELS {
+                inner.recent.pop_front();
+            }
+            inner.recent.push_back(op.to_owned());
+        }
+        match inner.in_hand.get(op) {
+            Some((_, flag)) => {
+                flag.send_replace(true);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One download's registration in [`Cancels`]; dropping it unregisters.
+struct Registration<'a> {
+    cancels: &'a Cancels,
+    op: String,
+    flag: watch::Receiver<bool>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.cancels.inner.lock().expect("not poisoned");
+        if let Some(entry) = inner.in_hand.get_mut(&self.op) {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                inner.in_hand.remove(&self.op);
+            }
+        }
+    }
+}
+
+/// Resolves once `flag` is set (never if its sender is gone unset).
+async fn cancelled(flag: &mut watch::Receiver<bool>) {
+    if flag.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// A built worker: health server bound, nothing consumed yet.
@@ -81,6 +176,7 @@ impl Worker {
             s3: vid_infra::storage::client(&settings.s3),
             topology: Topology::new(&settings.amqp.prefix),
             worker: format!("{host}/{}", std::process::id()),
+            cancels: Cancels::default(),
             fetcher,
             settings,
         };
@@ -123,6 +219,21 @@ async fn session(ctx: &Arc<Shared>, ready: &AtomicBool, shutdown: &mut watch::Re
     };
     let publisher = Publisher::new(&conn).await?;
     ctx.topology.declare(publisher.channel()).await?;
+    // The control fan-out first, so no cancel of a job taken in this session is missed.
+    let ctl = conn.create_channel().await?;
+    let control_queue = ctl
+        .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
+        .await?;
+    ctl.queue_bind(control_queue.name().as_str(), &ctx.topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default())
+        .await?;
+    let mut control = ctl
+        .basic_consume(
+            control_queue.name().as_str(),
+            "ingest-control",
+            BasicConsumeOptions { no_ack: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await?;
     let ch = conn.create_channel().await?;
     ch.basic_qos(ctx.settings.ingest_worker.concurrency.max(1), BasicQosOptions::default()).await?;
     let queue = ctx.topology.ingest_jobs();
@@ -139,6 +250,19 @@ async fn session(ctx: &Arc<Shared>, ready: &AtomicBool, shutdown: &mut watch::Re
                 let publisher = publisher.clone();
                 let queue = queue.clone();
                 running.spawn(async move { handle(&ctx, &publisher, &queue, delivery).await });
+            }
+            msg = control.next() => {
+                let Some(delivery) = msg else { anyhow::bail!("the control consumer closed") };
+                let delivery = delivery?;
+                match serde_json::from_slice::<CancelTranscode>(&delivery.data) {
+                    Ok(CancelTranscode { operation_id, run_id: None }) => {
+                        if ctx.cancels.cancel(operation_id.as_str()) {
+                            tracing::info!(%operation_id, "cancel heard: stopping the download");
+                        }
+                    }
+                    Ok(_) => {} // a cancel of one transcoder run
+                    Err(e) => tracing::warn!(error = %e, "dropping a malformed control message"),
+                }
             }
             Some(done) = running.join_next(), if !running.is_empty() => {
                 match done {
@@ -167,18 +291,29 @@ async fn handle(ctx: &Shared, publisher: &Publisher, queue: &str, delivery: lapi
             return Ok(());
         }
     };
-    tracing::info!(operation_id = %job.operation_id, redelivered = delivery.redelivered, "ingest job taken");
+    tracing::info!(operation_id = %job.operation_id, attempt = job.attempt, redelivered = delivery.redelivered, "ingest job taken");
     let started = Instant::now();
     let reporter = Reporter { ctx, publisher, job: &job };
     let total = Duration::from_secs(ctx.settings.ingest_worker.total_timeout_seconds);
+    let mut registration = ctx.cancels.register(job.operation_id.as_str());
     let outcome = match stored(ctx, &job.source_key).await {
+        _ if *registration.flag.borrow() => Err(IngestError::Cancelled),
         Ok(Some(found)) => {
             tracing::warn!(operation_id = %job.operation_id, "the source is already stored (an earlier delivery of this job): not downloading it again");
             Ok(found)
         }
-        Ok(None) => ingest(ctx, &job, &reporter, tokio::time::Instant::now() + total).await,
+        Ok(None) => ingest(ctx, &job, &reporter, tokio::time::Instant::now() + total, &mut registration.flag).await,
         Err(e) => Err(e),
     };
+    drop(registration);
+    if let Err(IngestError::Cancelled) = outcome {
+        // The api ended the operation: nothing to report; the slot is free now.
+        tracing::info!(operation_id = %job.operation_id, seconds = started.elapsed().as_secs_f64(), "ingest cancelled: download stopped, multipart upload aborted");
+        vid_infra::metrics::counter!("ingest_downloads_total", "outcome" => "cancelled").increment(1);
+        delivery.acker.ack(BasicAckOptions::default()).await?;
+        vid_infra::metrics::counter!("amqp_messages_consumed_total", "queue" => queue.to_owned(), "outcome" => "ack").increment(1);
+        return Ok(());
+    }
     let (kind, label) = match outcome {
         Ok((size_bytes, content_type)) => {
             tracing::info!(operation_id = %job.operation_id, size_bytes, %content_type, seconds = started.elapsed().as_secs_f64(), "source downloaded");
@@ -239,35 +374,44 @@ async fn stored(ctx: &Shared, key: &str) -> Result<Option<(u64, String)>, Ingest
     }
 }
 
-/// `fut`, or `source_timeout` once `deadline` (the job's total timeout) has passed.
+/// `fut`, or `source_timeout` once `deadline` (the job's total timeout) has
+/// passed, or [`IngestError::Cancelled`] once `cancel` is set (`fut` is
+/// dropped at its next await: between chunks, or while it waits for the source).
 async fn within<T>(
     deadline: tokio::time::Instant,
+    cancel: &mut watch::Receiver<bool>,
     fut: impl std::future::Future<Output = Result<T, IngestError>>,
 ) -> Result<T, IngestError> {
-    match tokio::time::timeout_at(deadline, fut).await {
-        Ok(result) => result,
-        Err(_) => Err(IngestError::Timeout("the download took longer than the total timeout".to_owned())),
+    tokio::select! {
+        biased;
+        () = cancelled(cancel) => Err(IngestError::Cancelled),
+        result = tokio::time::timeout_at(deadline, fut) => match result {
+            Ok(result) => result,
+            Err(_) => Err(IngestError::Timeout("the download took longer than the total timeout".to_owned())),
+        },
     }
 }
 
 /// Opens the source, streams it into storage within the size limit and
 /// before `deadline`, reporting progress; returns the size and the media
 /// type. Every failure after CreateMultipartUpload aborts the upload (the
-/// deadline is checked here, not by dropping this future).
+/// deadline and `cancel`, the operation's cancel flag, are checked here, not
+/// by dropping this future).
 async fn ingest(
     ctx: &Shared,
     job: &IngestJob,
     reporter: &Reporter<'_>,
     deadline: tokio::time::Instant,
+    cancel: &mut watch::Receiver<bool>,
 ) -> Result<(u64, String), IngestError> {
-    let mut source = within(deadline, ctx.fetcher.open(&job.source_url)).await?;
+    let mut source = within(deadline, cancel, ctx.fetcher.open(&job.source_url)).await?;
     let limit = job.max_size_bytes;
     if let Some(announced) = source.content_length.filter(|n| *n > limit) {
         tracing::info!(announced, limit, "Content-Length above the limit: refused before reading");
         return Err(IngestError::TooLarge { limit });
     }
     // The first bytes decide the media type (declared > sniffed > header > first allowed).
-    let first = within(deadline, source.chunk()).await?.unwrap_or_default();
+    let first = within(deadline, cancel, source.chunk()).await?.unwrap_or_default();
     if first.is_empty() {
         return Err(IngestError::Empty);
     }
@@ -283,7 +427,7 @@ async fn ingest(
     let mut writer =
         MultipartWriter::start(ctx.s3.clone(), bucket, &job.source_key, &content_type, ctx.settings.ingest_worker.part_size_bytes).await?;
     let interval = Duration::from_millis(ctx.settings.ingest_worker.progress_interval_ms);
-    let streamed = within(deadline, async {
+    let streamed = within(deadline, cancel, async {
         let mut chunk = Some(first);
         let mut last_report = Instant::now();
         while let Some(bytes) = chunk {

@@ -49,6 +49,10 @@ enum Answer {
     Stall,
     /// 200 with a Content-Length of 100, one byte a second (never idle).
     Trickle,
+    /// 200 with a Content-Length of 150 MiB (under the 200 MiB limit), 4 KiB
+    /// every 20 ms (never idle; about 13 minutes to the end); notifies when
+    /// the client hangs up.
+    Endless(Arc<tokio::sync::Notify>),
 }
 
 /// A raw HTTP/1.1 server on 127.0.0.1 recording every path asked for.
@@ -145,6 +149,18 @@ async fn serve(sock: &mut tokio::net::TcpStream, answer: Answer) -> std::io::Res
                 sock.write_all(b"\0").await?;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
+        }
+        Answer::Endless(hung_up) => {
+            let sent = async {
+                sock.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: video/mp4\r\nContent-Length: 157286400\r\n\r\n").await?;
+                loop {
+                    sock.write_all(&zeros[..4096]).await?;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            let result: std::io::Result<()> = sent.await;
+            hung_up.notify_one();
+            return result;
         }
     }
     sock.shutdown().await
@@ -368,4 +384,74 @@ async fn ingests_from_a_url_and_refuses_what_the_guard_refuses() {
     }
     assert!(!asked.iter().any(|p| p.starts_with("/latest")), "{asked:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 21 item 4: `POST /operations/{id}:cancel` stops a download in hand.
+/// With one download slot (`concurrency = 1`) and the default total timeout
+/// (1 h), a source that would take far longer is cancelled mid-download:
+/// the worker hears the cancel on the control fan-out, hangs up on the
+/// source, aborts the multipart upload (ListMultipartUploads shows none for
+/// the key) and frees its slot: a second ingest, queued behind it, is
+/// downloaded. Every step waits for an event, none for a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_stops_a_download_in_hand_aborts_its_upload_and_frees_the_slot() {
+    let hung_up = Arc::new(tokio::sync::Notify::new());
+    let mut routes: HashMap<String, Answer> = HashMap::new();
+    routes.insert("/endless.mp4".into(), Answer::Endless(hung_up.clone()));
+    routes.insert("/text.mp4".into(), Answer::Body(Arc::new(b"this is not a video, just some text\n".repeat(100))));
+    let server = SourceServer::start(routes).await;
+    let stack = Stack::start(&[("VID__INGEST_WORKER__CONCURRENCY", "1")]).await;
+    let client = stack.client();
+
+    let slow = ingest(&stack, serde_json::json!({ "source_url": server.url("/endless.mp4") })).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = client.get_operation(&slow.id).await.unwrap();
+        if seen.metadata.download.is_some_and(|d| d.bytes_downloaded > 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the download never started: {seen:?}; logs in {}", stack.log_dir().display());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let key = ingest_job_of(&stack, slow.id.as_str()).source_key;
+    let (s3, bucket) = vid_e2e::media_bucket();
+    // The worker's multipart upload is open: 8 MiB parts, the first may still be filling.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let open = s3.list_multipart_uploads().bucket(&bucket).prefix(&key).send().await.expect("ListMultipartUploads");
+        if !open.uploads().is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no multipart upload for {key}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let cancelled = client.cancel_operation(&slow.id).await.unwrap();
+    assert_eq!(cancelled.status, OperationStatus::Cancelled);
+    // Queued behind the slow one: only a freed slot downloads it.
+    let next = ingest(&stack, serde_json::json!({ "source_url": server.url("/text.mp4") })).await.unwrap();
+
+    tokio::time::timeout(Duration::from_secs(60), hung_up.notified()).await.expect("the worker hung up on the cancelled source");
+    // The worker counted the download as cancelled (its /metrics), after aborting the upload.
+    let metrics = format!("http://{}/metrics", stack.env_value("VID__INGEST_WORKER__HEALTH_LISTEN").expect("set by Stack::start"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let page = reqwest::get(&metrics).await.unwrap().text().await.unwrap();
+        if vid_e2e::metric_value(&page, "ingest_downloads_total", &[("outcome", "cancelled")]) >= 1.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the worker never counted the cancelled download: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let open = s3.list_multipart_uploads().bucket(&bucket).prefix(&key).send().await.expect("ListMultipartUploads");
+    assert!(open.uploads().is_empty(), "the cancelled download's upload was aborted: {:?}", open.uploads());
+    assert!(s3.head_object().bucket(&bucket).key(&key).send().await.is_err(), "no source object for the cancelled ingest");
+
+    // The freed slot took the next job: it was downloaded (and failed the probe, as a text file does).
+    let done = client.wait_operation(&next.id, Duration::from_secs(120), |_| {}).await.unwrap();
+    let code = done.error.as_ref().map(|e| e.code.as_str());
+    assert_eq!((done.status, code), (OperationStatus::Failed, Some("unsupported_container")), "logs in {}", stack.log_dir().display());
+    assert_eq!(done.metadata.download.map(|d| d.bytes_downloaded), Some(3600));
+    let slow = client.get_operation(&slow.id).await.unwrap();
+    assert_eq!(slow.status, OperationStatus::Cancelled);
 }
