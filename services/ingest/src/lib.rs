@@ -9,7 +9,9 @@
 //! - [`worker`]: consumes `P.ingest.jobs` (manual acks, prefetch =
 //!   `ingest_worker.concurrency`), runs one download per job, publishes
 //!   [`vid_core::ingest::IngestReport`]s to `P.ingest.reports` with
-//!   publisher confirms, acks after the final report is confirmed.
+//!   publisher confirms, acks after the final report is confirmed; hears
+//!   cancels on the control fan-out (`P.control`) and stops the download
+//!   (multipart upload aborted, slot freed).
 //! - [`fetch`]: the SSRF-guarded HTTP download (checked addresses only,
 //!   redirects followed here and re-checked, idle and connect timeouts).
 //! - [`multipart`]: the S3 multipart upload the body streams into (at most
