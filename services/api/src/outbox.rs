@@ -13,7 +13,7 @@ use std::time::Duration;
 use diesel_async::scoped_futures::ScopedFutureExt;
 use diesel_async::AsyncConnection;
 use tokio::sync::watch;
-use vid_infra::amqp::{PublishError, Publisher, Topology};
+use vid_infra::amqp::{Outgoing, PublishError, Publisher, Topology};
 use vid_infra::settings::AmqpSettings;
 
 use crate::store::outbox::{self as rows, Outbox, OutboxRow};
@@ -109,8 +109,20 @@ pub async fn publish_batch(db: &vid_db::Pool, publisher: &Publisher) -> anyhow::
                 if rows.is_empty() {
                     return Ok(rows);
                 }
-                for row in &rows {
-                    match publisher.publish(&row.exchange, &row.routing_key, row.payload.as_bytes(), row.correlation_id.as_deref()).await {
+                // Pipelined: every row is published, then every confirm awaited
+                // (one round trip for the batch); the rows are deleted only
+                // once all of them are confirmed.
+                let outgoing: Vec<Outgoing<'_>> = rows
+                    .iter()
+                    .map(|row| Outgoing {
+                        exchange: &row.exchange,
+                        routing_key: &row.routing_key,
+                        payload: row.payload.as_bytes(),
+                        correlation_id: row.correlation_id.as_deref(),
+                    })
+                    .collect();
+                for result in publisher.publish_many(&outgoing).await {
+                    match result {
                         Ok(()) => {}
                         // A cancel broadcast while no transcoder is connected: nobody holds the job,
                         // so there is nobody to tell (a worker that picks the job up later is told
