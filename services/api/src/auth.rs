@@ -218,8 +218,11 @@ async fn scoped_caller(
     Ok((Tenant { id: row.tenant_id, max_uploads_in_flight: None }, principal))
 }
 
+/// What a scoped extractor resolves to: the tenant and who called.
+type ScopedFuture = Pin<Box<dyn Future<Output = Result<(Tenant, Principal), ApiError>>>>;
+
 /// The arguments of [`scoped_caller`] read from the request (before the future runs).
-fn scoped_future(req: &HttpRequest, scope: Scope) -> Pin<Box<dyn Future<Output = Result<(Tenant, Principal), ApiError>>>> {
+fn scoped_future(req: &HttpRequest, scope: Scope) -> ScopedFuture {
     let state = req.app_data::<web::Data<AppState>>().cloned();
     let origin = req.headers().get(actix_web::http::header::ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let path_id = req.match_info().get("id").map(str::to_owned);

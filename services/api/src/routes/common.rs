@@ -68,8 +68,9 @@ pub async fn read_body(mut payload: web::Payload, limit: usize) -> Result<web::B
 /// The body is read with the app's `JsonConfig` (`lib.rs`): `415
 /// unsupported_media_type` for another media type, `413 body_too_large`
 /// past [`MAX_JSON_BODY_BYTES`], `400 invalid_json` for malformed JSON;
-/// then the object is deserialized into `T` (unknown fields, wrong types:
-/// `400 invalid_json` naming the error, [`object_from_value`]).
+/// then the object is deserialized into `T` from the text (unknown or
+/// duplicate fields, wrong types: `400 invalid_json` naming the error,
+/// [`object_from_str`]).
 #[derive(Debug)]
 pub struct Json<T>(pub T);
 
@@ -92,30 +93,28 @@ impl<T: serde::de::DeserializeOwned + 'static> actix_web::FromRequest for Json<T
     type Future = futures::future::LocalBoxFuture<'static, Result<Self, Self::Error>>;
 
     fn from_request(req: &actix_web::HttpRequest, payload: &mut actix_web::dev::Payload) -> Self::Future {
-        let value = web::Json::<serde_json::Value>::from_request(req, payload);
+        // The raw text, not a `Value`: a `Value` keeps the last of two equal
+        // keys, where the derived structs refuse a duplicate field.
+        let raw = web::Json::<Box<serde_json::value::RawValue>>::from_request(req, payload);
         Box::pin(async move {
-            let web::Json(value) = value.await?;
-            Ok(Json(object_from_value(value)?))
+            let web::Json(raw) = raw.await?;
+            Ok(Json(object_from_str(raw.get())?))
         })
     }
 }
 
-/// Deserializes `T` from a JSON value that must be an object. Errors:
-/// `400 invalid_json` ("the body must be a JSON object", or serde's error:
-/// an unknown field, a wrong type, a missing field).
-pub fn object_from_value<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
-    if !value.is_object() {
-        return Err(ApiError::new(codes::INVALID_JSON, format!("the body must be a JSON object, not {}", json_kind(&value))));
+/// Deserializes `T` from JSON text that must be one object, straight from
+/// the text, so a duplicate key is refused as serde's derived structs do
+/// (`duplicate field`), never resolved to the last one as a `Value` would.
+/// Errors: `400 invalid_json` ("the body must be a JSON object, not an
+/// array", or serde's error: a syntax error, an unknown or duplicate field,
+/// a wrong type, a missing field).
+pub fn object_from_str<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ApiError> {
+    if !text.trim_start().starts_with('{') {
+        let kind = serde_json::from_str::<serde_json::Value>(text).map(|v| json_kind(&v)).unwrap_or("valid JSON");
+        return Err(ApiError::new(codes::INVALID_JSON, format!("the body must be a JSON object, not {kind}")));
     }
-    serde_json::from_value(value).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))
-}
-
-/// Parses `bytes` as JSON and deserializes `T` from it, which must be an
-/// object ([`object_from_value`]), for handlers that read the raw body
-/// themselves. Errors: `400 invalid_json`.
-pub fn object_from_slice<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let value = serde_json::from_slice::<serde_json::Value>(bytes).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))?;
-    object_from_value(value)
+    serde_json::from_str(text).map_err(|e| ApiError::new(codes::INVALID_JSON, e.to_string()))
 }
 
 /// `an array`, `a string`, … for the detail of a refused body.

@@ -14,7 +14,7 @@ pub mod videos;
 
 use actix_web::web;
 
-pub use common::{object_from_slice, page, page_size, parse_id, read_body, unsafe_to_display, Json, Page, MAX_JSON_BODY_BYTES};
+pub use common::{object_from_str, page, page_size, parse_id, read_body, unsafe_to_display, Json, Page, MAX_JSON_BODY_BYTES};
 
 /// Every route of the api.
 ///

@@ -212,6 +212,7 @@ async fn wait_operation(
     state: web::Data<AppState>,
     caller: OperationCaller,
     path: web::Path<String>,
+    http: actix_web::HttpRequest,
     payload: web::Payload,
 ) -> ApiResult<HttpResponse> {
     use vid_core::operation::{WaitOperation, WaitReason, WaitResponse};
@@ -221,8 +222,14 @@ async fn wait_operation(
     let request: WaitOperation = if body.iter().all(u8::is_ascii_whitespace) {
         WaitOperation::default()
     } else {
-        // An object only: serde would also read a JSON array positionally.
-        crate::routes::common::object_from_slice(&body)?
+        // The app's JSON rules, as for every JSON body (`application/json`,
+        // else 415), then an object only (serde would also read a JSON array
+        // positionally), from the text (a duplicate key is refused).
+        let mut replay = actix_web::dev::Payload::from(body);
+        let parsed = web::JsonBody::<Box<serde_json::value::RawValue>>::new(&http, &mut replay, None, true)
+            .limit(crate::routes::common::MAX_JSON_BODY_BYTES)
+            .await;
+        crate::routes::common::object_from_str(parsed.map_err(|e| crate::error::json_error(&e))?.get())?
     };
     let timeout =
         std::time::Duration::from_secs(u64::from(request.timeout_seconds.unwrap_or(30)).min(state.settings.operations.max_wait_seconds));

@@ -32,11 +32,13 @@ pub(crate) async fn signing_keys(client: &Client, cmd: SigningKeyCmd, out: Outpu
         }
         SigningKeyCmd::List { page } => {
             let mut p = client.list_signing_keys(page.cursor.as_deref()).await?;
-            while page.all {
-                let Some(c) = p.next_cursor.take() else { break };
-                let next = client.list_signing_keys(Some(&c)).await?;
-                p.data.extend(next.data);
-                p.next_cursor = next.next_cursor;
+            // --all: follow `next_cursor` to the last page.
+            if page.all {
+                while let Some(c) = p.next_cursor.take() {
+                    let next = client.list_signing_keys(Some(&c)).await?;
+                    p.data.extend(next.data);
+                    p.next_cursor = next.next_cursor;
+                }
             }
             out.page(&p, &["SIGNING KEY", "CREATED"], |k| vec![k.id.to_string(), time(&k.created_at)]);
         }

@@ -94,11 +94,13 @@ async fn complete_body(http: &HttpRequest, payload: web::Payload) -> ApiResult<C
         return Ok(CompleteUpload::default());
     }
     let mut replay = actix_web::dev::Payload::from(bytes);
-    let parsed = web::JsonBody::<serde_json::Value>::new(http, &mut replay, None, true).limit(MAX_COMPLETE_BODY_BYTES).await;
-    match parsed.map_err(|e| crate::error::json_error(&e))? {
-        serde_json::Value::Null => Ok(CompleteUpload::default()),
-        // An object only: serde would also read a JSON array positionally.
-        value => crate::routes::common::object_from_value(value),
+    let parsed = web::JsonBody::<Box<serde_json::value::RawValue>>::new(http, &mut replay, None, true).limit(MAX_COMPLETE_BODY_BYTES).await;
+    let raw = parsed.map_err(|e| crate::error::json_error(&e))?;
+    match raw.get().trim() {
+        "null" => Ok(CompleteUpload::default()),
+        // An object only (serde would also read a JSON array positionally),
+        // from the text (a duplicate key is refused).
+        text => crate::routes::common::object_from_str(text),
     }
 }
 
