@@ -80,7 +80,14 @@ impl Broker {
 }
 
 fn upload_req(playback_policy: Option<Vec<PlaybackPolicy>>, mp4_support: Option<Mp4Support>) -> CreateUpload {
-    CreateUpload { size_bytes: 100, content_type: "video/mp4".into(), filename: Some("a.mp4".into()), playback_policy, mp4_support, ..Default::default() }
+    CreateUpload {
+        size_bytes: 100,
+        content_type: "video/mp4".into(),
+        filename: Some("a.mp4".into()),
+        playback_policy,
+        mp4_support,
+        ..Default::default()
+    }
 }
 
 /// Creates an upload with `req`, sends its one part to storage, completes it:
@@ -501,7 +508,11 @@ async fn a_failed_or_cancelled_video_takes_no_playback_id() {
     client.cancel_operation(&op).await.unwrap();
     video_until(&client, &cancelled, "cancelled", |v| v.status == VideoStatus::Cancelled).await;
     let (status, body) = add(cancelled.clone()).await;
-    assert_eq!((status, body["code"].as_str(), body["video_status"].as_str()), (409, Some("video_not_playable"), Some("cancelled")), "{body}");
+    assert_eq!(
+        (status, body["code"].as_str(), body["video_status"].as_str()),
+        (409, Some("video_not_playable"), Some("cancelled")),
+        "{body}"
+    );
     assert!(playback_rows(&api, &cancelled).await.is_empty());
 
     let (_, processing) = uploaded(&client, &upload_req(Some(vec![]), None)).await;

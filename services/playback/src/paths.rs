@@ -140,7 +140,7 @@ mod tests {
             format!("{PB}.mp4"),
             format!("{PB}.M3U8"),
             format!("{PB}.m3u8.m3u8"),
-            format!("{PB}"),
+            PB.to_string(),
             PB.to_uppercase() + ".m3u8",
             "PB_01jd8x4m3v0k2q6s7t9w1y5zab.m3u8".into(),
             "pb_01jd8x4m3v0k2q6s7t9w1y5za.m3u8".into(),

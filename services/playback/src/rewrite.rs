@@ -124,10 +124,10 @@ fn map_quoted_attributes(text: &str, names: &[&str], mapper: &UriMapper<'_>, sep
                 let boundary = rest[..at]
                     .chars()
                     .next_back()
-                    .map_or(true, |c| c == ':' || (separator == ' ' && c.is_whitespace()) || (separator != ' ' && c == separator));
+                    .is_none_or(|c| c == ':' || (separator == ' ' && c.is_whitespace()) || (separator != ' ' && c == separator));
                 if boundary {
                     let value_start = at + pattern.len();
-                    if best.map_or(true, |(b, _)| value_start < b) {
+                    if best.is_none_or(|(b, _)| value_start < b) {
                         best = Some((value_start, name.len()));
                     }
                     break;

@@ -14,7 +14,7 @@ use common::*;
 use reqwest::header::{HeaderMap, ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_RANGE, CONTENT_TYPE, ETAG};
 use serde_json::Value;
 
-fn header<'a>(h: &'a HeaderMap, name: impl reqwest::header::AsHeaderName) -> &'a str {
+fn header(h: &HeaderMap, name: impl reqwest::header::AsHeaderName) -> &str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 

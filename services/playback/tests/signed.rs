@@ -60,7 +60,7 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn header<'a>(res: &'a reqwest::Response, name: impl reqwest::header::AsHeaderName) -> &'a str {
+fn header(res: &reqwest::Response, name: impl reqwest::header::AsHeaderName) -> &str {
     res.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
@@ -228,7 +228,7 @@ async fn one_token_url_plays_the_stream_and_a_deleted_key_fails_at_once() {
     }
 
     // Follow only what the manifests say: a media playlist, its init and first segment.
-    let media_url = master_url.join(&listed.iter().find(|u| u.contains("/360p/")).unwrap()).unwrap();
+    let media_url = master_url.join(listed.iter().find(|u| u.contains("/360p/")).unwrap()).unwrap();
     let res = client.get(media_url.as_str()).send().await.unwrap();
     assert_eq!(res.status(), 200, "{media_url}");
     max_age(&res);

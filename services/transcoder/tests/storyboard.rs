@@ -79,7 +79,10 @@ fn the_storyboard_cues_point_at_their_tiles_and_the_tiles_are_the_right_frames()
     let cues = cues(&sdir.join("storyboard.vtt"));
     assert_eq!(cues.len(), sb.tiles_ms.len());
     let json: Value = serde_json::from_slice(&std::fs::read(sdir.join("storyboard.json")).unwrap()).unwrap();
-    assert_eq!((json["url"].as_str(), json["tile_width"].as_u64(), json["tile_height"].as_u64()), (Some("storyboard.jpg"), Some(160), Some(120)));
+    assert_eq!(
+        (json["url"].as_str(), json["tile_width"].as_u64(), json["tile_height"].as_u64()),
+        (Some("storyboard.jpg"), Some(160), Some(120))
+    );
     let duration = json["duration"].as_f64().unwrap();
     assert!((duration - 6.0).abs() <= 0.04 + 1e-9, "the video's duration: {duration}");
     assert!(cues[0].0.abs() < 1e-9, "the first cue starts at 0: {cues:?}");
@@ -92,7 +95,11 @@ fn the_storyboard_cues_point_at_their_tiles_and_the_tiles_are_the_right_frames()
         let (x, y) = (i as u32 * tw, 0);
         assert_eq!(text, &format!("storyboard.jpg#xywh={x},{y},{tw},{th}"), "cue {i}");
         let tile = &json["tiles"][i];
-        assert_eq!((tile["start"].as_f64(), tile["x"].as_u64(), tile["y"].as_u64()), (Some(*start), Some(x as u64), Some(0)), "json tile {i}");
+        assert_eq!(
+            (tile["start"].as_f64(), tile["x"].as_u64(), tile["y"].as_u64()),
+            (Some(*start), Some(x as u64), Some(0)),
+            "json tile {i}"
+        );
     }
 
     // Each tile is the frame at its start: closer to it than to the neighbouring instants' frames.

@@ -53,8 +53,12 @@ impl Worker {
         // 3–4. Probe and transcode in the child.
         progress.set(Phase::Probing, 11.0);
         let t = &self.settings.transcoder;
-        let packaging =
-            Packaging { segment_seconds: t.segment_seconds, mp4: job.mp4_support != Mp4Support::None, poster_time: job.poster_time, storyboard: true };
+        let packaging = Packaging {
+            segment_seconds: t.segment_seconds,
+            mp4: job.mp4_support != Mp4Support::None,
+            poster_time: job.poster_time,
+            storyboard: true,
+        };
         let out_dir = work.path().join("out");
         let media_job = MediaJob { input: source_path, out_dir, limits: t.limits(), ladder: t.ladder.clone(), packaging };
         let outcome = self.run_child(job, work, &media_job, progress, stop).await?;
