@@ -191,7 +191,10 @@ async fn watch_operation(
 ///   after SIGTERM): call again.
 ///
 /// Holds one of the tenant's `operations.max_watchers_per_tenant` slots while
-/// waiting; past the bound: `429 too_many_watchers` with `Retry-After`.
+/// waiting; past the bound: `429 too_many_watchers` with `Retry-After`. A
+/// body, when sent, follows every JSON route's rules: `application/json`
+/// (else `415 unsupported_media_type`), at most 64 KiB (`413`), one object
+/// without unknown or duplicate fields (`400 invalid_json`).
 #[utoipa::path(
     post,
     path = "/operations/{id}:wait",
@@ -204,6 +207,8 @@ async fn watch_operation(
         (status = 400, response = crate::error::responses::BadRequest),
         (status = 401, response = crate::error::responses::Unauthorized),
         (status = 404, response = crate::error::responses::NotFound),
+        (status = 413, response = crate::error::responses::PayloadTooLarge),
+        (status = 415, response = crate::error::responses::UnsupportedMediaType),
         (status = 429, response = crate::error::responses::TooManyRequests),
         (status = 503, response = crate::error::responses::Unavailable),
     ),
