@@ -23,8 +23,18 @@ drop_test_dbs
 # up hundreds of quorum queues; leftovers of earlier runs are deleted now.
 rabbitmqctl -q set_policy --apply-to queues vid-test-queues-expire \
     '^(t[0-9a-z]{26}|receivertest)\.' '{"expires":300000}' >/dev/null
-timeout 120 rabbitmqctl -q list_queues name 2>/dev/null | grep -E '^(t[0-9a-z]{26}|receivertest)\.' |
-    while read -r q; do timeout 20 rabbitmqctl -q delete_queue "$q" </dev/null >/dev/null 2>&1 || true; done || true
+# One `rabbitmqctl eval` deletes them all inside the broker (1,646 queues in 6 s);
+# one `rabbitmqctl delete_queue` per queue costs ~4 s each (an Erlang VM start),
+# which took more than an hour after a day of runs.
+if ! left="$(timeout 300 rabbitmqctl -q eval '
+        Re = "^(t[0-9a-z]{26}|receivertest)\\.",
+        Qs = [Q || Q <- rabbit_amqqueue:list(<<"/">>), re:run(element(4, amqqueue:get_name(Q)), Re) =/= nomatch],
+        [catch rabbit_amqqueue:delete(Q, false, false, <<"vid-test-cleanup">>) || Q <- Qs],
+        length(Qs).' 2>&1)"; then
+    echo "make test: could not delete the earlier runs' test queues (continuing): $left" >&2
+elif [ "$left" != "0" ]; then
+    echo "make test: deleted $left test queues of earlier runs"
+fi
 [ "${1:-}" = "--clean-only" ] && exit 0
 
 VID_PROFILE=test target/debug/api storage-setup >/dev/null
