@@ -10,11 +10,10 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::TestApi;
+use common::{Broker, TestApi};
 use diesel::prelude::*;
 use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, QueueBindOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::options::{BasicAckOptions, BasicGetOptions};
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
 use vid_core::operation::{Operation, OperationStatus, Phase};
 use vid_core::video::SourceMetadata;
@@ -24,32 +23,7 @@ use vid_db::RunQueryDsl;
 /// Janitor passes only when the test runs them.
 const QUIET_JANITOR: (&str, &str) = ("operations.janitor_interval_seconds", "3600");
 
-/// The test's side of RabbitMQ: a publisher, and a queue on the control exchange.
-struct Broker {
-    _conn: lapin::Connection,
-    channel: lapin::Channel,
-    publisher: vid_infra::amqp::Publisher,
-    cancels: lapin::Consumer,
-    topology: vid_infra::amqp::Topology,
-}
-
 impl Broker {
-    async fn connect(api: &TestApi) -> Broker {
-        let conn = vid_infra::amqp::connect(&api.state.settings.amqp, Duration::from_secs(30)).await.unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        let topology = api.state.topology.clone();
-        topology.declare(&channel).await.unwrap();
-        let q = channel
-            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
-            .await
-            .unwrap();
-        let queue = q.name().as_str().to_owned();
-        channel.queue_bind(&queue, &topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
-        let cancels = channel.basic_consume(&queue, "test-cancels", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
-        let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
-        Broker { _conn: conn, channel, publisher, cancels, topology }
-    }
-
     /// Publishes a report of run `run` (of a job at attempt 1) as a transcoder does.
     async fn report(&self, op: &OperationId, video: &VideoId, run: &str, kind: ReportKind) {
         self.report_attempt(op, video, run, 1, kind).await;

@@ -119,3 +119,37 @@ pub fn collect_rs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         }
     }
 }
+
+/// The test's side of RabbitMQ for the api's janitor tests: a channel (jobs
+/// are read off their queues with basic.get), a publisher (reports, as a
+/// worker publishes them), and a consumer of an exclusive queue bound to the
+/// control exchange (the cancels the api broadcasts). Each test file adds the
+/// helpers it needs in an `impl Broker` of its own.
+pub struct Broker {
+    pub _conn: lapin::Connection,
+    pub channel: lapin::Channel,
+    pub publisher: vid_infra::amqp::Publisher,
+    pub cancels: lapin::Consumer,
+    pub topology: vid_infra::amqp::Topology,
+}
+
+impl Broker {
+    /// Connects with the api's own settings and declares its topology.
+    pub async fn connect(api: &TestApi) -> Broker {
+        use lapin::options::{BasicConsumeOptions, QueueBindOptions, QueueDeclareOptions};
+        use lapin::types::FieldTable;
+        let conn = vid_infra::amqp::connect(&api.state.settings.amqp, std::time::Duration::from_secs(30)).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let topology = api.state.topology.clone();
+        topology.declare(&channel).await.unwrap();
+        let q = channel
+            .queue_declare("", QueueDeclareOptions { exclusive: true, auto_delete: true, ..Default::default() }, FieldTable::default())
+            .await
+            .unwrap();
+        let queue = q.name().as_str().to_owned();
+        channel.queue_bind(&queue, &topology.control_exchange(), "", QueueBindOptions::default(), FieldTable::default()).await.unwrap();
+        let cancels = channel.basic_consume(&queue, "test-cancels", BasicConsumeOptions::default(), FieldTable::default()).await.unwrap();
+        let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
+        Broker { _conn: conn, channel, publisher, cancels, topology }
+    }
+}
