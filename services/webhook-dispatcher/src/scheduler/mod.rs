@@ -40,10 +40,13 @@ use vid_db::seal::SealingKey;
 use vid_infra::metrics::{counter, histogram};
 use vid_webhooks::{Scheme, Secret};
 
-use crate::attempt::{Outcome, Request, Sender};
-use crate::retry;
+use crate::attempt::{Request, Sender};
 use crate::settings::DispatcherSettings;
-use vid_deliveries::{self as store, AttemptRecord, Claimed, DeliveryStatus, EndpointForSend, EndpointStatus, HealthRules};
+use vid_deliveries::{self as store, AttemptRecord, Claimed, DeliveryStatus, EndpointForSend, EndpointStatus};
+
+mod record;
+
+use record::{recorder, to_record, Done};
 
 /// Everything an attempt needs.
 pub struct Context {
@@ -149,21 +152,10 @@ impl Handoff {
     }
 }
 
-/// At most this many finished attempts are recorded per statement.
-const RECORD_BATCH: usize = 512;
-
 /// How often expired leases are put back ([`store::release_expired`]): a
 /// crashed replica's deliveries are claimable at most this long after their
 /// lease ran out.
 const EXPIRED_LEASE_SWEEP: Duration = Duration::from_secs(1);
-
-/// A finished attempt on its way to the recorder, with the in-process slot
-/// it holds until its outcome is recorded.
-struct Done {
-    claimed: Claimed,
-    record: AttemptRecord,
-    _permit: OwnedSemaphorePermit,
-}
 
 /// An endpoint, loaded once per claimed batch, ready to sign with.
 struct Ready {
@@ -474,147 +466,8 @@ async fn attempt(ctx: &Context, c: &Claimed, ready: &Ready) -> AttemptRecord {
     to_record(&ctx.settings, c, &outcome, started_at, duration_ms)
 }
 
-/// Writes finished attempts: successes in batches of one statement each
-/// ([`store::record_successes`]); failures one transaction each
-/// ([`store::record`], which also runs the disabling rules), concurrently,
-/// so a failing endpoint's bookkeeping never queues anyone's successes.
-/// Ends when every sender is gone and everything queued is written.
-async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Done>, leases: Leases) {
-    let mut failures = JoinSet::new();
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(d) => batch.push(d),
-                Err(_) => break,
-            }
-        }
-        while failures.try_join_next().is_some() {}
-        let (ok, failed): (Vec<Done>, Vec<Done>) = batch.into_iter().partition(|d| d.record.success);
-        for d in failed {
-            let (ctx, leases) = (ctx.clone(), leases.clone());
-            failures.spawn(async move {
-                record_failure(&ctx, &d.claimed, &d.record).await;
-                leases.lock().unwrap().held.remove(&d.claimed.id);
-                drop(d);
-                ctx.wake.notify_one();
-            });
-        }
-        if !ok.is_empty() {
-            record_successes(&ctx, &ok).await;
-            let mut l = leases.lock().unwrap();
-            for d in &ok {
-                l.held.remove(&d.claimed.id);
-            }
-        }
-        drop(ok); // frees the slots
-        ctx.wake.notify_one();
-    }
-    while failures.join_next().await.is_some() {}
-}
-
-/// The requests went out: keep trying to record them until the lease would run out.
-async fn record_successes(ctx: &Context, ok: &[Done]) {
-    let rows: Vec<(Claimed, AttemptRecord)> = ok.iter().map(|d| (d.claimed.clone(), d.record.clone())).collect();
-    let mut backoff = Duration::from_millis(100);
-    for _ in 0..8 {
-        let result = async {
-            let mut conn = ctx.db.get().await?;
-            anyhow::Ok(store::record_successes(&mut conn, &rows, per_endpoint(ctx)).await?)
-        }
-        .await;
-        match result {
-            Ok(updated) => {
-                if updated < rows.len() {
-                    tracing::warn!(lost = rows.len() - updated, "leases lost before the outcomes were recorded");
-                }
-                tracing::debug!(recorded = rows.len(), "successful attempts recorded");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), n = rows.len(), "recording successful attempts failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-    tracing::error!(n = rows.len(), "could not record the attempts; their leases will expire and they will be sent again");
-}
-
-/// Records one failed attempt (and its consequences); retried like [`record_successes`].
-async fn record_failure(ctx: &Context, c: &Claimed, record: &AttemptRecord) {
-    let rules = HealthRules {
-        failed_deliveries: ctx.settings.disable_after_failed_deliveries,
-        failing_seconds: i64::try_from(ctx.settings.disable_after_failing_seconds).unwrap_or(i64::MAX),
-        per_endpoint: per_endpoint(ctx),
-    };
-    let mut backoff = Duration::from_millis(100);
-    for _ in 0..8 {
-        let result = async {
-            let mut conn = ctx.db.get().await?;
-            store::record(&mut conn, c, record, rules).await
-        }
-        .await;
-        match result {
-            Ok(r) => {
-                tracing::debug!(delivery_id = %c.id, attempt = c.attempt_number(), status = %r.status, "attempt recorded");
-                if r.lease_lost {
-                    tracing::warn!(delivery_id = %c.id, "lease lost before the outcome was recorded");
-                }
-                if let Some(reason) = r.disabled {
-                    tracing::warn!(endpoint_id = %c.endpoint_id, %reason, "endpoint disabled");
-                    counter!("webhook_endpoints_disabled_total", "reason" => r.disabled_rule.unwrap_or("other")).increment(1);
-                }
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), delivery_id = %c.id, "recording the attempt failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-    tracing::error!(delivery_id = %c.id, "could not record the attempt; the lease will expire and it will be sent again");
-}
-
 fn open_secret(key: &SealingKey, endpoint: &vid_core::EndpointId, sealed: &[u8]) -> anyhow::Result<Secret> {
     let plain = key.open(endpoint.as_str(), sealed)?;
     let text = String::from_utf8(plain)?;
     Ok(Secret::parse(&text)?)
-}
-
-/// Turns an outcome into the row to record, including the next attempt's delay.
-fn to_record(s: &DispatcherSettings, c: &Claimed, outcome: &Outcome, started_at: DateTime<Utc>, duration_ms: i32) -> AttemptRecord {
-    let (response_status, error_detail, response_body, retry_after) = match outcome {
-        Outcome::Answered(a) => {
-            let detail = match (&a.location, a.status) {
-                (Some(loc), 300..=399) => Some(format!("redirect to {loc} not followed")),
-                _ => None,
-            };
-            let retry_after = a.retry_after.as_deref().and_then(|v| retry::parse_retry_after(v, std::time::SystemTime::now()));
-            (Some(a.status), detail, Some(a.body.clone()), retry_after)
-        }
-        Outcome::Failed { detail, .. } => (None, Some(detail.clone()), None, None),
-    };
-    let success = outcome.is_success();
-    let retry_in = if success {
-        None
-    } else {
-        retry::next_delay(
-            &s.retry_schedule_seconds,
-            u32::try_from(c.attempt_number()).unwrap_or(u32::MAX),
-            retry_after,
-            rand::random::<f64>(),
-        )
-    };
-    AttemptRecord {
-        started_at,
-        duration_ms,
-        response_status,
-        error_class: outcome.error_class().map(|c| c.as_str()),
-        error_detail,
-        response_body,
-        success,
-        retry_in,
-    }
 }

@@ -1,0 +1,140 @@
+//! The two ceilings every delivery goes through, measured in the same run
+//! as the dispatcher (see the crate docs, step 3): the broker (messages/s
+//! through the events exchange into its quorum queue) and the database (the
+//! dispatcher's own fan-in, claim and record statements, no HTTP).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use diesel::prelude::*;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use futures::StreamExt;
+use vid_core::messages::EventPublished;
+use vid_core::{EndpointId, TenantId};
+use vid_db::schema::{tenants, webhook_endpoints as ep};
+use vid_deliveries::{self as store, AttemptRecord};
+use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
+use vid_webhook_dispatcher::{fanin, Settings};
+
+use crate::{bench_event, record_events};
+
+/// Broker ceiling: `n` messages published through `prefix`'s events exchange
+/// into its quorum queue (`concurrency` confirms in flight) and consumed
+/// with `prefetch` and one `multiple` ack per batch. Messages/s from the
+/// first publish to the last message received.
+pub(crate) async fn broker_ceiling(settings: &Settings, n: usize, concurrency: usize, prefetch: u16) -> f64 {
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+    let prefix = vid_testkit::unique_prefix();
+    let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
+    let publisher = Arc::new(Publisher::new(&amqp).await.unwrap());
+    let topology = Topology::new(&prefix);
+    topology.declare(publisher.channel()).await.unwrap();
+    let channel = amqp.create_channel().await.unwrap();
+    channel.basic_qos(prefetch, BasicQosOptions::default()).await.unwrap();
+    let mut consumer = channel
+        .basic_consume(&topology.webhook_events(), "bench-ceiling", BasicConsumeOptions::default(), Default::default())
+        .await
+        .unwrap();
+    let tenant = TenantId::generate();
+    let start = Instant::now();
+    let exchange = topology.events_exchange();
+    let publishing = tokio::spawn({
+        let publisher = publisher.clone();
+        async move {
+            futures::stream::iter(0..n)
+                .map(|_| {
+                    let (publisher, exchange, msg) = (publisher.clone(), exchange.clone(), bench_event(&tenant));
+                    async move {
+                        let id = msg.event.id.as_str().to_owned();
+                        publisher.publish_json(&exchange, RK_EVENT, &msg, Some(&id)).await.expect("publish")
+                    }
+                })
+                .buffer_unordered(concurrency.max(1))
+                .collect::<Vec<_>>()
+                .await;
+        }
+    });
+    let mut received = 0;
+    while received < n {
+        let first = consumer.next().await.expect("consumer").expect("delivery");
+        let mut last = first.delivery_tag;
+        received += 1;
+        while let Some(Some(Ok(d))) = futures::FutureExt::now_or_never(consumer.next()) {
+            last = d.delivery_tag;
+            received += 1;
+        }
+        channel.basic_ack(last, BasicAckOptions { multiple: true }).await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    publishing.await.unwrap();
+    let ch = publisher.channel();
+    for q in [topology.webhook_events(), topology.transcode_jobs(), topology.transcode_dead(), topology.transcode_reports()] {
+        let _ = ch.queue_delete(&q, Default::default()).await;
+    }
+    let _ = amqp.close(200, "done").await;
+    n as f64 / elapsed.as_secs_f64()
+}
+
+/// Database ceiling: in a second fresh database with one tenant and one
+/// enabled endpoint, `workers` tasks each repeat fan-in of `batch` new
+/// events, a claim of up to `batch`, and recording those as successes,
+/// until `n` deliveries are recorded. Deliveries/s.
+pub(crate) async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: usize) -> f64 {
+    let db_url = vid_testkit::fresh_database().await;
+    let mut db_settings = settings.database.clone();
+    db_settings.url = db_url.clone().into();
+    let pool = vid_db::pool(&db_settings).unwrap();
+    let tenant = TenantId::generate();
+    let mut conn = AsyncPgConnection::establish(&db_url).await.unwrap();
+    diesel::insert_into(tenants::table).values((tenants::id.eq(&tenant), tenants::name.eq("ceiling"))).execute(&mut conn).await.unwrap();
+    diesel::insert_into(ep::table)
+        .values((
+            ep::id.eq(EndpointId::generate()),
+            ep::tenant_id.eq(&tenant),
+            ep::url.eq("http://127.0.0.1:9/never-called"),
+            ep::signature_format.eq("webhook-signature"),
+            ep::status.eq("enabled"),
+            ep::secret_sealed.eq(vec![0u8; 16]),
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let recorded = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (pool, tenant, recorded) = (pool.clone(), tenant.clone(), recorded.clone());
+        tasks.spawn(async move {
+            use std::sync::atomic::Ordering::SeqCst;
+            while std::sync::atomic::AtomicUsize::load(&recorded, SeqCst) < n {
+                let messages: Vec<EventPublished> = (0..batch).map(|_| bench_event(&tenant)).collect();
+                let mut conn = pool.get().await.unwrap();
+                record_events(&mut conn, &messages).await;
+                fanin::fan_in_batch(&pool, &messages).await.unwrap();
+                let claimed = store::claim(&mut conn, i32::MAX, batch as i32, 60_000).await.unwrap();
+                let now = Utc::now();
+                let rows: Vec<_> = claimed
+                    .into_iter()
+                    .map(|c| {
+                        let record = AttemptRecord {
+                            started_at: now,
+                            duration_ms: 1,
+                            response_status: Some(200),
+                            error_class: None,
+                            error_detail: None,
+                            response_body: Some("ok".into()),
+                            success: true,
+                            retry_in: None,
+                        };
+                        (c, record)
+                    })
+                    .collect();
+                let done = store::record_successes(&mut conn, &rows, i32::MAX).await.unwrap();
+                recorded.fetch_add(done, SeqCst);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    std::sync::atomic::AtomicUsize::load(&recorded, std::sync::atomic::Ordering::SeqCst) as f64 / start.elapsed().as_secs_f64()
+}
