@@ -13,11 +13,10 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{Broker, TestApi};
-use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicGetOptions};
+use common::{until, Broker, TestApi};
+use lapin::options::BasicGetOptions;
 use vid_core::ingest::{IngestJob, IngestReport, IngestReportKind};
-use vid_core::messages::{CancelTranscode, TranscodeJob};
+use vid_core::messages::TranscodeJob;
 use vid_core::operation::{Operation, OperationStatus};
 use vid_core::OperationId;
 
@@ -49,28 +48,6 @@ impl Broker {
         let report = IngestReport { operation_id: op.clone(), worker: "test".into(), emitted_at: Utc::now(), kind };
         let exchange = self.topology.ingest_exchange();
         self.publisher.publish_json(&exchange, vid_infra::amqp::RK_REPORT, &report, Some(op.as_str())).await.unwrap();
-    }
-
-    async fn next_cancel(&mut self) -> CancelTranscode {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), self.cancels.next())
-            .await
-            .expect("a cancel within 30 s")
-            .expect("the consumer is open")
-            .unwrap();
-        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        serde_json::from_slice(&delivery.data).unwrap()
-    }
-}
-
-async fn until(client: &vid_client::Client, op: &OperationId, what: &str, pred: impl Fn(&Operation) -> bool) -> Operation {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = client.get_operation(op).await.unwrap();
-        if pred(&seen) {
-            return seen;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: never; last seen {seen:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -10,12 +10,11 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{Broker, TestApi};
+use common::{until, Broker, TestApi};
 use diesel::prelude::*;
-use futures::StreamExt;
-use lapin::options::{BasicAckOptions, BasicGetOptions};
+use lapin::options::BasicGetOptions;
 use vid_core::messages::{CancelTranscode, ReportKind, TranscodeJob, TranscodeReport};
-use vid_core::operation::{Operation, OperationStatus, Phase};
+use vid_core::operation::{OperationStatus, Phase};
 use vid_core::video::SourceMetadata;
 use vid_core::{OperationId, TenantId, VideoId};
 use vid_db::RunQueryDsl;
@@ -50,17 +49,6 @@ impl Broker {
         self.publisher.publish_json(&exchange, rk, job, Some(job.operation_id.as_str())).await.unwrap();
     }
 
-    /// The next cancel published on the control exchange (within 30 s).
-    async fn next_cancel(&mut self) -> CancelTranscode {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), self.cancels.next())
-            .await
-            .expect("a cancel within 30 s")
-            .expect("the consumer is open")
-            .unwrap();
-        delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
-        serde_json::from_slice(&delivery.data).unwrap()
-    }
-
     /// Every job waiting in the jobs queue now (taken off it).
     async fn take_jobs(&self) -> Vec<TranscodeJob> {
         let mut jobs = Vec::new();
@@ -87,19 +75,6 @@ impl Broker {
 async fn tenant_client(api: &TestApi) -> (TenantId, vid_client::Client) {
     let (tenant, key) = vid_api::auth::create_tenant(&api.state.db, "redrive").await.unwrap();
     (tenant, vid_client::Client::new(&api.url, &key))
-}
-
-/// Polls the operation (every 50 ms, up to 30 s) until `pred` holds.
-async fn until(client: &vid_client::Client, op: &OperationId, what: &str, pred: impl Fn(&Operation) -> bool) -> Operation {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let seen = client.get_operation(op).await.unwrap();
-        if pred(&seen) {
-            return seen;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{what}: never; last seen {seen:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn events_of(api: &TestApi, video: &VideoId, type_: &str) -> i64 {

@@ -152,4 +152,35 @@ impl Broker {
         let publisher = vid_infra::amqp::Publisher::new(&conn).await.unwrap();
         Broker { _conn: conn, channel, publisher, cancels, topology }
     }
+
+    /// The next cancel published on the control exchange (within 30 s), acked.
+    pub async fn next_cancel(&mut self) -> vid_core::messages::CancelTranscode {
+        use futures::StreamExt;
+        let delivery = tokio::time::timeout(std::time::Duration::from_secs(30), self.cancels.next())
+            .await
+            .expect("a cancel within 30 s")
+            .expect("the consumer is open")
+            .unwrap();
+        delivery.acker.ack(lapin::options::BasicAckOptions::default()).await.unwrap();
+        serde_json::from_slice(&delivery.data).unwrap()
+    }
+}
+
+/// Polls the operation (every 50 ms, up to 30 s) until `pred` holds; returns
+/// what it saw last. Fails the test with `what` and that operation otherwise.
+pub async fn until(
+    client: &vid_client::Client,
+    op: &vid_core::OperationId,
+    what: &str,
+    pred: impl Fn(&vid_core::operation::Operation) -> bool,
+) -> vid_core::operation::Operation {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let seen = client.get_operation(op).await.unwrap();
+        if pred(&seen) {
+            return seen;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: never; last seen {seen:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
