@@ -17,7 +17,7 @@ use vid_deliveries::{self as store, AttemptRecord};
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
 use vid_webhook_dispatcher::{fanin, Settings};
 
-use crate::{bench_event, record_events};
+use crate::events::{bench_event, record_events};
 
 /// Broker ceiling: `n` messages published through `prefix`'s events exchange
 /// into its quorum queue (`concurrency` confirms in flight) and consumed

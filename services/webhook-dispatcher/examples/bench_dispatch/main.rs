@@ -47,16 +47,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use chrono::Utc;
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use vid_core::event::{Event, EventData, EventType, VideoEventData};
 use vid_core::messages::EventPublished;
-use vid_core::{EndpointId, EventId, OperationId, TenantId, VideoId};
+use vid_core::{EndpointId, TenantId};
 use vid_db::schema::{tenants, webhook_attempts as at, webhook_deliveries as dl, webhook_endpoints as ep};
 use vid_db::seal::SealingKey;
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
@@ -65,8 +63,10 @@ use vid_webhook_dispatcher::{Dispatcher, Settings};
 use vid_webhooks::Secret;
 
 mod ceilings;
+mod events;
 
 use ceilings::{broker_ceiling, database_ceiling};
+use events::{bench_event, record_events};
 
 /// `(webhook-id, arrival)` of every request, in arrival order.
 type Log = Arc<Mutex<Vec<(String, Instant)>>>;
@@ -178,37 +178,6 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-/// Inserts the events' rows as the api does (the fan-in reads the event from `events`).
-async fn record_events(conn: &mut AsyncPgConnection, messages: &[EventPublished]) {
-    use vid_db::schema::events;
-    for chunk in messages.chunks(1000) {
-        let rows: Vec<_> = chunk
-            .iter()
-            .map(|m| {
-                (
-                    events::id.eq(m.event.id.clone()),
-                    events::tenant_id.eq(m.tenant_id.clone()),
-                    events::event_type.eq(m.event.type_.as_str()),
-                    events::resource_id.eq("vid_bench"),
-                    events::payload.eq(m.payload.clone()),
-                )
-            })
-            .collect();
-        diesel::insert_into(events::table).values(rows).execute(conn).await.unwrap();
-    }
-}
-
-fn bench_event(tenant: &TenantId) -> EventPublished {
-    let event = Event {
-        id: EventId::generate(),
-        type_: EventType::VideoReady,
-        created: Utc::now().timestamp(),
-        data: EventData::Video(VideoEventData { video_id: VideoId::generate(), operation_id: OperationId::generate(), version: 2 }),
-    };
-    let payload = serde_json::to_string(&event).unwrap();
-    EventPublished { tenant_id: tenant.clone(), event, payload }
 }
 
 /// `ALTER DATABASE … SET plan_cache_mode` on the database of `db_url`: every

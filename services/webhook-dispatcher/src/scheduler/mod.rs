@@ -1,6 +1,6 @@
 //! The scheduler: claims due deliveries from PostgreSQL and runs their attempts.
 //!
-//! - Woken at once by the fan-in (an in-process [`Notify`]), whenever
+//! - Woken at once by the fan-in (an in-process [`Notify`](tokio::sync::Notify)), whenever
 //!   recorded attempts free slots, and by PostgreSQL notifications of
 //!   deliveries that became due elsewhere ([`crate::listen`]: other
 //!   replicas' inserts and released leases, the api's `:enable`/`:retry`);
@@ -9,7 +9,7 @@
 //! - Works in batches: one claim statement leases up to `batch_size`
 //!   deliveries, one query loads their endpoints (secrets opened once per
 //!   endpoint per batch), every attempt runs as its own task over the
-//!   keep-alive pool of [`Sender`], and one recorder task writes finished
+//!   keep-alive pool of [`Sender`](crate::attempt::Sender), and one recorder task writes finished
 //!   successes many per statement ([`store::record_successes`]); failures
 //!   are recorded one transaction each, concurrently, since they may disable
 //!   an endpoint.
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use vid_core::endpoint::SignatureFormat;
 use vid_core::{DeliveryId, EndpointId};
@@ -40,37 +40,16 @@ use vid_db::seal::SealingKey;
 use vid_infra::metrics::{counter, histogram};
 use vid_webhooks::{Scheme, Secret};
 
-use crate::attempt::{Request, Sender};
+use crate::attempt::Request;
 use crate::settings::DispatcherSettings;
 use vid_deliveries::{self as store, AttemptRecord, Claimed, DeliveryStatus, EndpointForSend, EndpointStatus};
 
+mod context;
 mod record;
 
+pub use context::Context;
+use context::{per_endpoint, Leases};
 use record::{recorder, to_record, Done};
-
-/// Everything an attempt needs.
-pub struct Context {
-    /// Database.
-    pub db: vid_db::Pool,
-    /// HTTP sender (SSRF policy, resolver, TLS, timeouts).
-    pub sender: Sender,
-    /// Opens endpoint secrets.
-    pub sealing_key: SealingKey,
-    /// `[dispatcher]` settings.
-    pub settings: DispatcherSettings,
-    /// Wakes the scheduler.
-    pub wake: Arc<Notify>,
-}
-
-/// The leases this process holds, and whether it still takes new ones.
-#[derive(Default)]
-struct LeaseBook {
-    held: HashMap<DeliveryId, DateTime<Utc>>,
-    /// Set when the scheduler starts draining: no lease is added afterwards.
-    closed: bool,
-}
-
-type Leases = Arc<Mutex<LeaseBook>>;
 
 /// Deliveries the fan-in leased in its own insert, with one in-process slot each.
 type Handed = Vec<(Claimed, OwnedSemaphorePermit)>;
@@ -350,11 +329,6 @@ async fn release_expired(ctx: &Context) {
         Ok(n) => tracing::info!(released = n, "put expired leases back"),
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "putting expired leases back failed"),
     }
-}
-
-/// `per_endpoint_concurrency` as the database wants it (at least 1).
-fn per_endpoint(ctx: &Context) -> i32 {
-    i32::try_from(ctx.settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX)
 }
 
 /// Claims up to `limit` due deliveries, then loads their endpoints (one

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use vid_infra::metrics::counter;
 
-use super::{per_endpoint, Context, Leases};
+use super::context::{per_endpoint, Context, Leases};
 use crate::attempt::Outcome;
 use crate::retry;
 use crate::settings::DispatcherSettings;
