@@ -7,6 +7,7 @@
 //! environment, so tests can run in parallel threads.
 
 pub mod frames;
+pub mod iso;
 pub mod stream;
 
 use std::collections::HashMap;

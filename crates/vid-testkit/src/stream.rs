@@ -10,7 +10,9 @@
 //! every segment decodes on its own from a keyframe and holds no other; the
 //! segment boundaries are the same instants in every rung; the summed segment
 //! durations match the source within one frame; the DASH timeline is the HLS
-//! one over the same objects.
+//! one over the same objects, and its segment times are the ones in the
+//! segments' boxes; audio and video start as in the source, as an ISO
+//! reader presents them ([`crate::iso`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,20 +89,9 @@ pub fn check_stream_dir(dir: &Path, source: &Path, expect: &[(&str, u32, u32)], 
         assert!(codecs.iter().any(|c| c == "h264"), "{manifest}: {codecs:?}");
         assert_eq!(codecs.iter().any(|c| c == "aac"), audio, "{manifest}: {codecs:?}");
     }
+    check_dash_times(dir, &j);
     if audio {
-        // A/V sync: audio and video start together, as in the source (within one AAC frame, ≤ 64 ms).
-        let p = ffprobe(dir.join("master.m3u8"));
-        let start = |codec: &str| -> f64 {
-            let s = p["streams"].as_array().unwrap().iter().find(|s| s["codec_name"] == codec).unwrap();
-            s["start_time"].as_str().unwrap().parse().unwrap()
-        };
-        let src = ffprobe(source);
-        let src_start = |kind: &str| -> f64 {
-            let s = src["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == kind).unwrap();
-            s["start_time"].as_str().unwrap().parse().unwrap()
-        };
-        let (ours, theirs) = (start("h264") - start("aac"), src_start("video") - src_start("audio"));
-        assert!((ours - theirs).abs() <= 0.064, "video − audio start: {ours:.3} s in the stream, {theirs:.3} s in the source");
+        check_av_sync(dir, &j, source);
     }
 
     // Keyframes and boundaries, read from the segments themselves.
@@ -117,6 +108,70 @@ pub fn check_stream_dir(dir: &Path, source: &Path, expect: &[(&str, u32, u32)], 
         assert!((total - source_secs).abs() <= frame + 1e-6, "{}: segments sum to {total} s, the source has {source_secs} s", v["uri"]);
     }
     j
+}
+
+/// AAC-LC's encoder delay (priming) in samples, as FFmpeg's `aac` encoder
+/// writes it (`initial_padding`): the first 1024 decoded samples come
+/// before the source's first sample. With no edit list to trim them, a
+/// reader presents the source's first sample 1024 samples after the track's
+/// first composition time.
+pub const AAC_PRIMING_SAMPLES: i64 = 1024;
+
+/// The MPD's segment timelines agree with the segments' own boxes: in every
+/// Representation, segment `n`'s earliest presentation time (read by
+/// [`crate::iso`]) is `S@t` plus the durations before it, exactly, in the
+/// `mdhd` timescale the `SegmentTemplate` names (ISO/IEC 23009-1
+/// §5.3.9.6, ISO/IEC 23000-19 §7.3.2.2). A player trusting the MPD and a
+/// player reading the boxes then show the same frame at the same time.
+pub fn check_dash_times(dir: &Path, j: &Value) {
+    for set in j["dash"]["adaptation_sets"].as_array().unwrap() {
+        for r in set["representations"].as_array().unwrap() {
+            let init_path = dir.join(r["initialization"].as_str().unwrap());
+            let init = std::fs::read(&init_path).unwrap_or_else(|e| panic!("{}: {e}", init_path.display()));
+            let ts = r["timescale"].as_i64().unwrap();
+            assert_eq!(i64::from(crate::iso::timescale(&init)), ts, "{}: the template's timescale is the track's", init_path.display());
+            let mut at = r["start"].as_i64().unwrap();
+            for (n, d) in r["durations"].as_array().unwrap().iter().enumerate() {
+                let name = r["media"].as_str().unwrap().replace("$Number%05d$", &format!("{:05}", n + 1));
+                let seg = std::fs::read(dir.join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let ept = crate::iso::earliest_presentation(&init, &seg);
+                assert_eq!(ept, at, "{name}: earliest presentation time {ept} in its boxes, {at} in the MPD (timescale {ts})");
+                at += d.as_i64().unwrap();
+            }
+        }
+    }
+}
+
+/// A/V sync as a standard reader sees it: the time between the first video
+/// frame and the audio's first source sample (its first composition time
+/// plus [`AAC_PRIMING_SAMPLES`]), both read from the first segments' boxes,
+/// is the source's (ffprobe's stream start times) within half a frame.
+pub fn check_av_sync(dir: &Path, j: &Value, source: &Path) {
+    let first = |track: &Path, playlist: &Value| -> (Vec<u8>, Vec<u8>) {
+        let seg = playlist["segments"][0]["uri"].as_str().unwrap();
+        (std::fs::read(track.join("init.mp4")).unwrap(), std::fs::read(track.join(seg)).unwrap())
+    };
+    let variant = &j["variants"][0];
+    let video_dir = dir.join(variant["uri"].as_str().unwrap()).parent().unwrap().to_owned();
+    let (vi, vs) = first(&video_dir, &variant["playlist"]);
+    let video = crate::iso::earliest_presentation(&vi, &vs) as f64 / f64::from(crate::iso::timescale(&vi));
+    let media = j["media"].as_array().unwrap().iter().find(|m| m["type"] == "AUDIO").expect("an audio rendition");
+    let audio_dir = dir.join(media["uri"].as_str().unwrap()).parent().unwrap().to_owned();
+    let (ai, aseg) = first(&audio_dir, &j["audio_playlists"][0]);
+    let rate: f64 = ffprobe(audio_dir.join("init.mp4"))["streams"][0]["sample_rate"].as_str().unwrap().parse().unwrap();
+    let audio = crate::iso::earliest_presentation(&ai, &aseg) as f64 / f64::from(crate::iso::timescale(&ai)) + AAC_PRIMING_SAMPLES as f64 / rate;
+    let src = ffprobe(source);
+    let src_start = |kind: &str| -> f64 {
+        let s = src["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == kind).unwrap();
+        s["start_time"].as_str().unwrap().parse().unwrap()
+    };
+    let (ours, theirs) = (video - audio, src_start("video") - src_start("audio"));
+    let (_, frame) = source_video(source);
+    assert!(
+        (ours - theirs).abs() <= frame / 2.0,
+        "video − audio start: {ours:.4} s in the stream's boxes, {theirs:.4} s in the source (tolerance {:.4} s)",
+        frame / 2.0
+    );
 }
 
 /// Every segment of the media playlist `playlist` (in `dir`) decodes on its

@@ -57,7 +57,8 @@ def main(d):
             for s in t.segment_timelines[0].Ss:
                 durations += [s.d] * (1 + (s.r or 0))
             reps.append({"id": r.id, "codecs": r.codecs, "bandwidth": r.bandwidth, "width": r.width, "height": r.height,
-                         "timescale": t.timescale, "initialization": t.initialization, "media": t.media, "durations": durations})
+                         "timescale": t.timescale, "start": t.segment_timelines[0].Ss[0].t or 0,
+                         "pto": t.presentation_time_offset or 0, "initialization": t.initialization, "media": t.media, "durations": durations})
         sets.append({"content_type": a.content_type, "mime_type": a.mime_type, "representations": reps})
     out["dash"] = {"type": mpd.type, "duration": mpd.media_presentation_duration, "adaptation_sets": sets}
     print(json.dumps(out))

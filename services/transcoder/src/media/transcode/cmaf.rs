@@ -23,9 +23,15 @@
 //! them as they are (absolute `tfdt`). Otherwise it rebases each track on its
 //! own first decode time (x264's B-frame delay for video, the AAC priming
 //! for audio), and the separate tracks would be out of sync by the
-//! difference. With negative CTS offsets the muxer presents a video track
-//! late by its first composition offset, which is taken off here. So every
-//! track keeps the source's A/V timing (checked in `tests/stream.rs`); the
+//! difference. With `negative_cts_offsets` the muxer writes each fragment's
+//! first sample (the IDR frame) with composition offset 0 and its `tfdt` at
+//! that frame's presentation time, B-frames with negative offsets (`trun`
+//! version 1). So the composition times an ISO/IEC 14496-12 §8.6.1.1 reader
+//! (a browser's MSE) computes are the source's presentation times plus the
+//! lead-in, in every track (checked from the boxes by `vid_testkit::iso` in
+//! `tests/stream.rs`). ffmpeg's own mov demuxer presents such a track later
+//! by its largest negative offset (`dts_shift`); nothing here compensates
+//! for that reader, because players follow the standard. The
 //! DASH MPD takes the lead-in off again (`presentationTimeOffset`), HLS
 //! players start at the first segment's time.
 //!
@@ -124,8 +130,6 @@ pub(super) struct CmafTrack {
     open_packets: usize,
     /// The latest presentation time written (stream time base).
     max_pts: i64,
-    /// The first packet's pts − dts (stream time base), taken off every timestamp.
-    cts_shift: Option<i64>,
     segments: Vec<Segment>,
     init_bytes: u64,
     extradata: Vec<u8>,
@@ -179,7 +183,6 @@ impl CmafTrack {
             seg_start: 0,
             open_packets: 0,
             max_pts: 0,
-            cts_shift: None,
             segments: Vec::new(),
             init_bytes: 0,
             extradata,
@@ -195,14 +198,7 @@ impl CmafTrack {
         p.set_stream(0);
         p.rescale_ts(self.enc_tb, self.tb);
         p.set_position(-1);
-        // The first packet's composition offset (x264's B-frame delay): with
-        // negative CTS offsets the muxer presents the track that much late;
-        // taking it off here keeps the track on the source's time line.
-        let cts = *self.cts_shift.get_or_insert_with(|| match (p.pts(), p.dts()) {
-            (Some(pts), Some(dts)) if pts > dts => pts - dts,
-            _ => 0,
-        });
-        let shift = self.lead_in() - cts;
+        let shift = self.lead_in();
         p.set_pts(p.pts().map(|t| t + shift));
         p.set_dts(p.dts().map(|t| t + shift));
         let pts = p.pts().or(p.dts()).unwrap_or(0);
@@ -240,7 +236,7 @@ impl CmafTrack {
     pub(super) fn finish(mut self, end: Option<i64>) -> Result<TrackFiles, MediaError> {
         if let Some(mut last) = self.pending.take() {
             let fallback = self.max_pts + last.duration().max(1);
-            let shift = self.lead_in() - self.cts_shift.unwrap_or(0);
+            let shift = self.lead_in();
             let end = end.map(|e| ffmpeg::Rescale::rescale(&e, self.enc_tb, self.tb) + shift).unwrap_or(fallback).max(self.max_pts + 1);
             last.set_duration(end - self.max_pts);
             self.mux(last)?;
@@ -250,8 +246,9 @@ impl CmafTrack {
         let _ = std::fs::remove_file(&self.raw);
         let timescale = self.tb.denominator().max(1) as u32;
         debug_assert_eq!(self.tb.numerator(), 1, "the MP4 muxer's time bases are 1/timescale");
-        // The first sample is presented its composition offset after its (shifted) time.
-        let first_time = self.origin.unwrap_or(0) + self.cts_shift.unwrap_or(0);
+        // The first packet in decode order is the first presented (an IDR
+        // frame opening a closed GOP, or an audio frame).
+        let first_time = self.origin.unwrap_or(0);
         let lead_in = self.lead_in();
         Ok(TrackFiles {
             dir: self.dir,
