@@ -164,7 +164,10 @@ mod tests {
         // I P B B in decode order; presented I B B P.
         let (i, s) = (init(12800), segment(128_000, &[0, 1536, -512, -512]));
         assert_eq!(timescale(&i), 12800);
-        assert_eq!(samples(&i, &s), vec![(128_000, 512), (128_000 + 512 + 1536, 512), (128_000 + 1024 - 512, 512), (128_000 + 1536 - 512, 512)]);
+        assert_eq!(
+            samples(&i, &s),
+            vec![(128_000, 512), (128_000 + 512 + 1536, 512), (128_000 + 1024 - 512, 512), (128_000 + 1536 - 512, 512)]
+        );
         assert_eq!(earliest_presentation(&i, &s), 128_000);
         // The same frames with the decode times one frame earlier present one frame earlier.
         assert_eq!(earliest_presentation(&i, &segment(127_488, &[0, 1536, -512, -512])), 127_488);

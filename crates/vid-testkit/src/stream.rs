@@ -140,12 +140,36 @@ pub fn check_dash_times(dir: &Path, j: &Value) {
             }
         }
     }
+    // The presentation lasts until its last track ends (S@t − PTO + Σd),
+    // rounded up to the millisecond: a player stops there.
+    let end = j["dash"]["adaptation_sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|set| set["representations"].as_array().unwrap().iter())
+        .map(|r| {
+            period_start(r)
+                + r["durations"].as_array().unwrap().iter().map(|d| d.as_f64().unwrap()).sum::<f64>() / r["timescale"].as_f64().unwrap()
+        })
+        .fold(0.0, f64::max);
+    let stated = j["dash"]["duration"].as_str().unwrap();
+    let stated: f64 =
+        stated.strip_prefix("PT").and_then(|x| x.strip_suffix('S')).unwrap_or_else(|| panic!("duration {stated}")).parse().unwrap();
+    assert!(stated >= end - 1e-9 && stated <= end + 0.001 + 1e-9, "mediaPresentationDuration {stated} s, the tracks end at {end} s");
+}
+
+/// Where a Representation's first segment starts on the period's time line,
+/// in seconds: (`S@t` − `presentationTimeOffset`) / `timescale`
+/// (ISO/IEC 23009-1 §5.3.9.6).
+fn period_start(r: &Value) -> f64 {
+    (r["start"].as_i64().unwrap() - r["pto"].as_i64().unwrap()) as f64 / r["timescale"].as_f64().unwrap()
 }
 
 /// A/V sync as a standard reader sees it: the time between the first video
 /// frame and the audio's first source sample (its first composition time
 /// plus [`AAC_PRIMING_SAMPLES`]), both read from the first segments' boxes,
-/// is the source's (ffprobe's stream start times) within half a frame.
+/// is the source's (ffprobe's stream start times) within half a frame (at
+/// most half an AAC frame); and the same on the MPD's time line.
 pub fn check_av_sync(dir: &Path, j: &Value, source: &Path) {
     let first = |track: &Path, playlist: &Value| -> (Vec<u8>, Vec<u8>) {
         let seg = playlist["segments"][0]["uri"].as_str().unwrap();
@@ -159,18 +183,34 @@ pub fn check_av_sync(dir: &Path, j: &Value, source: &Path) {
     let audio_dir = dir.join(media["uri"].as_str().unwrap()).parent().unwrap().to_owned();
     let (ai, aseg) = first(&audio_dir, &j["audio_playlists"][0]);
     let rate: f64 = ffprobe(audio_dir.join("init.mp4"))["streams"][0]["sample_rate"].as_str().unwrap().parse().unwrap();
-    let audio = crate::iso::earliest_presentation(&ai, &aseg) as f64 / f64::from(crate::iso::timescale(&ai)) + AAC_PRIMING_SAMPLES as f64 / rate;
+    let audio =
+        crate::iso::earliest_presentation(&ai, &aseg) as f64 / f64::from(crate::iso::timescale(&ai)) + AAC_PRIMING_SAMPLES as f64 / rate;
     let src = ffprobe(source);
     let src_start = |kind: &str| -> f64 {
         let s = src["streams"].as_array().unwrap().iter().find(|s| s["codec_type"] == kind).unwrap();
         s["start_time"].as_str().unwrap().parse().unwrap()
     };
-    let (ours, theirs) = (video - audio, src_start("video") - src_start("audio"));
+    let theirs = src_start("video") - src_start("audio");
+    // Half a frame, and never as much as half an AAC frame, so that a
+    // priming mistake (1024 samples) fails at any frame rate.
     let (_, frame) = source_video(source);
+    let tolerance = (frame / 2.0).min(AAC_PRIMING_SAMPLES as f64 / 2.0 / rate);
+    let ours = video - audio;
     assert!(
-        (ours - theirs).abs() <= frame / 2.0,
-        "video − audio start: {ours:.4} s in the stream's boxes, {theirs:.4} s in the source (tolerance {:.4} s)",
-        frame / 2.0
+        (ours - theirs).abs() <= tolerance,
+        "video − audio start: {ours:.4} s in the stream's boxes, {theirs:.4} s in the source (tolerance {tolerance:.4} s)"
+    );
+    // The same on the MPD's time line (S@t − presentationTimeOffset), which
+    // a DASH player uses: every rung starts at one instant, and the audio
+    // as the boxes say.
+    let sets = j["dash"]["adaptation_sets"].as_array().unwrap();
+    let starts: Vec<f64> = sets[0]["representations"].as_array().unwrap().iter().map(period_start).collect();
+    assert!(starts.iter().all(|s| (s - starts[0]).abs() < 1e-6), "rungs start at different period times: {starts:?}");
+    let audio_rep = &sets.iter().find(|s| s["content_type"] == "audio").expect("an audio AdaptationSet")["representations"][0];
+    let dash = starts[0] - (period_start(audio_rep) + AAC_PRIMING_SAMPLES as f64 / rate);
+    assert!(
+        (dash - theirs).abs() <= tolerance,
+        "video − audio start: {dash:.4} s on the MPD's time line, {theirs:.4} s in the source (tolerance {tolerance:.4} s)"
     );
 }
 

@@ -205,9 +205,15 @@ fn video_representation(v: &VideoTrack) -> String {
 
 /// The static MPD: one Period, one video AdaptationSet with every rung, one audio AdaptationSet.
 fn dash_mpd(stream: &StreamFiles) -> String {
-    let longest = stream.video.iter().map(|v| v.track.seconds()).chain(stream.audio.iter().map(TrackFiles::seconds)).fold(0.0, f64::max);
+    // The presentation ends where its last track ends on the period's time
+    // line (ISO/IEC 23009-1 §5.3.1.2), not after the longest track's
+    // length: a track the source starts late ends that much later.
+    let longest =
+        stream.video.iter().map(|v| v.track.end_seconds()).chain(stream.audio.iter().map(TrackFiles::end_seconds)).fold(0.0, f64::max);
     let mut m = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-live:2011\" type=\"static\" mediaPresentationDuration=\"PT{longest:.3}S\" minBufferTime=\"PT{:.1}S\">\n<Period id=\"0\" start=\"PT0S\">\n",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<MPD xmlns=\"urn:mpeg:dash:schema:mpd:2011\" profiles=\"urn:mpeg:dash:profile:isoff-live:2011\" type=\"static\" mediaPresentationDuration=\"PT{:.3}S\" minBufferTime=\"PT{:.1}S\">\n<Period id=\"0\" start=\"PT0S\">\n",
+        // Rounded up to the millisecond, so no sample falls past the end.
+        (longest * 1000.0 - 1e-6).ceil() / 1000.0,
         stream.segment_seconds
     );
     m.push_str("<AdaptationSet id=\"0\" contentType=\"video\" mimeType=\"video/mp4\" segmentAlignment=\"true\" startWithSAP=\"1\">\n");
@@ -244,5 +250,47 @@ mod tests {
         assert_eq!(avc1_codec(&[0, 0, 0, 1, 0x67, 0x4d, 0x40, 0x1e, 0xaa, 0, 0, 0, 1, 0x68]), "avc1.4d401e");
         assert_eq!(aac_channels(&[0x11, 0x90]), Some(2));
         assert_eq!(aac_channels(&[0x11, 0x88]), Some(1));
+    }
+
+    fn track(timescale: u32, starts_late: i64, durations: &[i64]) -> TrackFiles {
+        let lead_in = 10 * i64::from(timescale);
+        let mut start = 0;
+        let segments = durations
+            .iter()
+            .map(|&duration| {
+                let s = crate::media::transcode::Segment { start, duration, size_bytes: 1 };
+                start += duration;
+                s
+            })
+            .collect();
+        TrackFiles {
+            dir: "/nonexistent".into(),
+            timescale,
+            first_time: lead_in + starts_late,
+            lead_in,
+            segments,
+            init_bytes: 1,
+            extradata: vec![1, 0x64, 0x00, 0x1f],
+        }
+    }
+
+    #[test]
+    fn the_presentation_lasts_until_the_last_track_ends_on_the_period_time_line() {
+        // Video starts 0.5 s late and runs 9 s (to 9.5 s); audio starts 1024
+        // samples early and runs 9.3 s (to ~9.279 s): the MPD says 9.5 s, not 9.3.
+        let video = VideoTrack {
+            name: "360p".into(),
+            width: 640,
+            height: 360,
+            frame_rate: Some((25, 1)),
+            track: track(12800, 6400, &[51200, 51200, 12800]),
+        };
+        let audio = track(48000, -1024, &[192000, 192000, 62400]);
+        let stream =
+            StreamFiles { dir: "/nonexistent".into(), segment_seconds: 4.0, video: vec![video], audio: Some(audio), storyboard: None };
+        let mpd = dash_mpd(&stream);
+        assert!(mpd.contains("mediaPresentationDuration=\"PT9.500S\""), "{mpd}");
+        // A track's S@t keeps its own start, against the lead-in as presentationTimeOffset.
+        assert!(mpd.contains("presentationTimeOffset=\"128000\"") && mpd.contains("<S t=\"134400\" d=\"51200\" r=\"1\"/>"), "{mpd}");
     }
 }

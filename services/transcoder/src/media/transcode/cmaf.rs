@@ -99,6 +99,15 @@ impl TrackFiles {
     pub fn seconds(&self) -> f64 {
         self.segments.iter().map(|s| s.duration).sum::<i64>() as f64 / f64::from(self.timescale)
     }
+
+    /// Where the track ends on the presentation's time line, in seconds:
+    /// its first segment's start less the lead-in (what the DASH MPD's
+    /// `S@t` − `presentationTimeOffset` gives, > 0 for a track the source
+    /// starts late) plus [`TrackFiles::seconds`].
+    pub fn end_seconds(&self) -> f64 {
+        let start = self.first_time + self.segments.first().map_or(0, |s| s.start) - self.lead_in;
+        start as f64 / f64::from(self.timescale) + self.seconds()
+    }
 }
 
 /// How a track decides where its segments start.
