@@ -37,9 +37,15 @@ WORK="${BENCH_DIR:-$(mktemp -d /tmp/vid-bench-XXXXXX)}"
 mkdir -p "$WORK"
 trap 'rm -rf "$WORK"' EXIT
 
-echo "building the transcoder (release)…" >&2
-cargo build --release -q -p vid-transcoder
-BIN="${CARGO_TARGET_DIR:-target}/release/transcoder"
+# TRANSCODER_BIN: a release transcoder built elsewhere (e.g. copied out of the
+# image, `podman cp`); otherwise this builds one.
+if [[ -n "${TRANSCODER_BIN:-}" ]]; then
+    BIN="$TRANSCODER_BIN"
+else
+    echo "building the transcoder (release)…" >&2
+    cargo build --release -q -p vid-transcoder
+    BIN="${CARGO_TARGET_DIR:-target}/release/transcoder"
+fi
 
 INPUT="${1:-}"
 if [[ -z "$INPUT" ]]; then
