@@ -11,7 +11,9 @@
 //!   by storage key, never expiring: a ready video's manifests are immutable
 //!   (the transcoder writes them once, before the video turns ready, under a
 //!   prefix only that video uses). A deleted playback ID cannot reach them:
-//!   every request looks the ID up first. At most `manifest_cache_bytes`
+//!   every request looks the ID up first. Kept frames and stored
+//!   thumbnails (issue 20) are kept here too, for the same reason (each is
+//!   written once under its video's prefix). At most `manifest_cache_bytes`
 //!   bytes; past it, the least recently used are evicted.
 //!
 //! - [`KeyCache`]: parsed signing keys (never whether a key exists).

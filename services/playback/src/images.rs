@@ -30,8 +30,12 @@
 //! filter, JPEG quality [`JPEG_QUALITY`]) and written ONCE to storage under
 //! `<stream prefix>thumbnails/<ms>_<width>.jpg` (the only key space this
 //! service writes); later requests (any replica) are served from that
-//! object. `X-Thumbnail-Cache: hit | miss` says which (`source`: the kept
-//! frame itself, at its own width). The work is bounded:
+//! object, and once a replica has read or made it, from that replica's
+//! memory (the `ManifestCache`, [`crate::cache`]: kept frames and
+//! thumbnails never change, like manifests; a keep-alive `GetObject` of a
+//! few-kB object from Garage stalls ~40 ms on delayed ACK, see
+//! BENCHMARKS.md). `X-Thumbnail-Cache: hit | miss` says which (`source`:
+//! the kept frame itself, at its own width). The work is bounded:
 //! concurrent misses of one stored key are one flight (the first resizes,
 //! the others wait for it and are served from what it stored: `hit`), one
 //! video (stream prefix) has at most one resize at once per process (other
@@ -207,49 +211,65 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
             let q = query.expect("parsed above");
             let (ms, width) = q.pick(images);
             let frame_key = frame_key(stream, ms);
+            // Kept frames and stored thumbnails are immutable: served from
+            // the replica's cache (`ManifestCache`) once read or made.
+            let answer = |image: std::sync::Arc<Manifest>, cache: &'static str| {
+                let mut res = crate::conditional::conditional_body(
+                    &req,
+                    cache_control.clone(),
+                    image.etag.as_deref(),
+                    "image/jpeg",
+                    image.body.clone(),
+                )?;
+                res.headers_mut().insert(HeaderName::from_static(CACHE_HEADER), HeaderValue::from_static(cache));
+                Ok::<_, PlaybackError>(res)
+            };
             if width >= images.frame_width {
-                let mut res = serve(frame_key, "image/jpeg").await?;
-                res.headers_mut().insert(HeaderName::from_static(CACHE_HEADER), HeaderValue::from_static("source"));
-                return Ok(res);
+                let frame = stored_image(&state, &frame_key).await?.ok_or(PlaybackError::NotFound)?;
+                return answer(frame, "source");
             }
             let cached_key = thumbnail_key(stream, ms, width);
-            match serve(cached_key.clone(), "image/jpeg").await {
-                Ok(mut res) => {
-                    crate::metrics::cache_lookup("thumbnail", true);
-                    res.headers_mut().insert(HeaderName::from_static(CACHE_HEADER), HeaderValue::from_static("hit"));
-                    Ok(res)
-                }
-                Err(PlaybackError::NotFound) => {
-                    crate::metrics::cache_lookup("thumbnail", false);
-                    // Single flight: one miss per stored key resizes; those that
-                    // waited for it are served from what it stored.
-                    let wait = QUEUE_TIMEOUT * 2 + RESIZE_TIMEOUT;
-                    IN_FLIGHT
-                        .run(&cached_key, wait, || async {
-                            match serve(cached_key.clone(), "image/jpeg").await {
-                                Ok(mut res) => {
-                                    res.headers_mut().insert(HeaderName::from_static(CACHE_HEADER), HeaderValue::from_static("hit"));
-                                    return Ok(res);
-                                }
-                                Err(PlaybackError::NotFound) => {}
-                                Err(e) => return Err(e),
-                            }
-                            let (jpeg, etag) = PER_VIDEO
-                                .run(&stream.prefix, QUEUE_TIMEOUT, || make_thumbnail(&state, &frame_key, &cached_key, width))
-                                .await?;
-                            let mut res = HttpResponse::Ok();
-                            res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));
-                            if let Some(etag) = etag {
-                                res.insert_header((header::ETAG, etag));
-                            }
-                            Ok(res.content_type("image/jpeg").body(jpeg))
-                        })
-                        .await
-                }
-                Err(e) => Err(e),
+            if let Some(image) = stored_image(&state, &cached_key).await? {
+                crate::metrics::cache_lookup("thumbnail", true);
+                return answer(image, "hit");
             }
+            crate::metrics::cache_lookup("thumbnail", false);
+            // Single flight: one miss per stored key resizes; those that
+            // waited for it are served from what it stored.
+            let wait = QUEUE_TIMEOUT * 2 + RESIZE_TIMEOUT;
+            IN_FLIGHT
+                .run(&cached_key, wait, || async {
+                    if let Some(image) = stored_image(&state, &cached_key).await? {
+                        return answer(image, "hit");
+                    }
+                    let (jpeg, etag) =
+                        PER_VIDEO.run(&stream.prefix, QUEUE_TIMEOUT, || make_thumbnail(&state, &frame_key, &cached_key, width)).await?;
+                    if etag.is_some() {
+                        // Stored: later requests on this replica are served from memory.
+                        state.manifests.put(&cached_key, std::sync::Arc::new(Manifest { body: jpeg.clone(), etag: etag.clone() }));
+                    }
+                    let mut res = HttpResponse::Ok();
+                    res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));
+                    if let Some(etag) = etag {
+                        res.insert_header((header::ETAG, etag));
+                    }
+                    Ok(res.content_type("image/jpeg").body(jpeg))
+                })
+                .await
         }
     }
+}
+
+/// A kept frame or a stored thumbnail, from the replica's cache or storage
+/// (then cached); `None` when storage has no such object.
+async fn stored_image(state: &AppState, key: &str) -> Result<Option<std::sync::Arc<Manifest>>, PlaybackError> {
+    if let Some(m) = state.manifests.get(key) {
+        return Ok(Some(m));
+    }
+    let Some(m) = storage::small_object(&state.s3, &state.settings.s3.bucket, key).await? else { return Ok(None) };
+    let m = std::sync::Arc::new(m);
+    state.manifests.put(key, m.clone());
+    Ok(Some(m))
 }
 
 /// The storage key of the kept frame at `ms`.

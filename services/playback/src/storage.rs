@@ -52,27 +52,39 @@ where
 }
 
 /// Reads the manifest object `key` whole. Errors: `NotFound` (no such
-/// object), `Unavailable` (the store did not answer), `Internal` (too large).
+/// object, logged: a ready video's manifest should exist), `Unavailable`
+/// (the store did not answer), `Internal` (over [`MAX_MANIFEST_BYTES`]).
 pub async fn manifest(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Manifest, PlaybackError> {
+    match small_object(s3, bucket, key).await? {
+        Some(m) => Ok(m),
+        None => {
+            tracing::warn!(key, "a ready video's manifest is missing from storage");
+            Err(PlaybackError::NotFound)
+        }
+    }
+}
+
+/// Reads the object `key` whole (S3 `GetObject`), at most
+/// [`MAX_MANIFEST_BYTES`]; `None` when there is no such object (not
+/// logged: a thumbnail not yet resized is such a case). Errors:
+/// `Unavailable` (the store did not answer), `Internal` (too large).
+pub async fn small_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Option<Manifest>, PlaybackError> {
     let out = match s3.get_object().bucket(bucket).key(key).send().await {
         Ok(out) => out,
         Err(e) => {
-            return Err(match classify(e) {
-                Failure::NotFound => {
-                    tracing::warn!(key, "a ready video's manifest is missing from storage");
-                    PlaybackError::NotFound
-                }
-                Failure::Unavailable(m) => PlaybackError::Unavailable(format!("reading a manifest: {m}")),
-                _ => PlaybackError::Unavailable("reading a manifest: unexpected answer".into()),
-            })
+            return match classify(e) {
+                Failure::NotFound => Ok(None),
+                Failure::Unavailable(m) => Err(PlaybackError::Unavailable(format!("reading {key}: {m}"))),
+                _ => Err(PlaybackError::Unavailable(format!("reading {key}: unexpected answer"))),
+            }
         }
     };
     if out.content_length().unwrap_or(0) > MAX_MANIFEST_BYTES {
-        return Err(PlaybackError::Internal(format!("manifest {key} is over {MAX_MANIFEST_BYTES} bytes")));
+        return Err(PlaybackError::Internal(format!("object {key} is over {MAX_MANIFEST_BYTES} bytes")));
     }
     let etag = out.e_tag().map(str::to_owned);
-    let body = out.body.collect().await.map_err(|e| PlaybackError::Unavailable(format!("reading a manifest's body: {e}")))?.into_bytes();
-    Ok(Manifest { body, etag })
+    let body = out.body.collect().await.map_err(|e| PlaybackError::Unavailable(format!("reading {key}'s body: {e}")))?.into_bytes();
+    Ok(Some(Manifest { body, etag }))
 }
 
 /// A media object request.

@@ -164,6 +164,22 @@ async fn thumbnails_are_the_nearest_frames_resized_once_and_then_served_from_sto
     let stored = s3.head_object().bucket(&w.bucket).key(format!("{}thumbnails/3960_320.jpg", w.prefix)).send().await.unwrap();
     assert_eq!(stored.content_type(), Some("image/jpeg"));
 
+    // Once made, this replica answers from memory (thumbnails are
+    // immutable): with the stored object gone it is still a hit, with the
+    // same bytes and ETag and a 304 for that ETag; a fresh replica has to
+    // resize it again.
+    let before = get(&thumb("time=600&width=320")).await;
+    s3.delete_object().bucket(&w.bucket).key(format!("{}thumbnails/3960_320.jpg", w.prefix)).send().await.unwrap();
+    let after = get(&thumb("time=600&width=320")).await;
+    assert_eq!((after.status, after.cache.as_str(), &after.etag), (200, "hit", &before.etag));
+    assert_eq!(after.body, before.body);
+    assert!(!after.etag.is_empty());
+    let revalidated = http().get(thumb("time=600&width=320")).header("If-None-Match", &after.etag).send().await.unwrap();
+    assert_eq!(revalidated.status().as_u16(), 304);
+    let fresh = Playback::start(&w.db, &[]).await;
+    let other = get(&fresh.at(&format!("/play/{}/thumbnail.jpg?time=600&width=320", w.public))).await;
+    assert_eq!((other.status, other.cache.as_str()), (200, "miss"), "another replica's memory is its own");
+
     // Width 1, and above the source: clamped to the frame, served as stored.
     let one = get(&thumb("time=1&width=1")).await;
     assert_eq!(one.status, 200);
