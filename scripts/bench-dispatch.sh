@@ -8,7 +8,7 @@
 #
 #   EVENTS=4000 ENDPOINTS=1 PER_ENDPOINT_CONCURRENCY=64 WRK_DURATION=10s scripts/bench-dispatch.sh
 # (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, PUBLISH_CONCURRENCY,
-#  PLAN_CACHE_MODE, LEASE_AT_FANIN, WRK_THREADS, WRK_CONNECTIONS). Fan-out (one
+#  PLAN_CACHE_MODE, LEASE_AT_FANIN, WRK_THREADS, WRK_CONNECTIONS, BENCH_DISPATCH_BIN). Fan-out (one
 #  event to 100 endpoints of one tenant): ENDPOINTS=100 EVENTS=400. Figures and
 #  their reading: BENCHMARKS.md, "Webhook dispatcher throughput".
 set -Eeuo pipefail
@@ -21,9 +21,14 @@ if ! command -v wrk >/dev/null; then
     echo "installing wrk (Debian package)…" >&2
     if [[ $(id -u) -eq 0 ]]; then apt-get install -y -q wrk >&2; else sudo apt-get install -y -q wrk >&2; fi
 fi
-echo "building bench_dispatch (release)…" >&2
-cargo build --release -q -p vid-webhook-dispatcher --example bench_dispatch
-BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/bench_dispatch"
+# BENCH_DISPATCH_BIN: a bench_dispatch built elsewhere (e.g. two builds compared A/B in one session).
+if [[ -n "${BENCH_DISPATCH_BIN:-}" ]]; then
+    BIN="$BENCH_DISPATCH_BIN"
+else
+    echo "building bench_dispatch (release)…" >&2
+    cargo build --release -q -p vid-webhook-dispatcher --example bench_dispatch
+    BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/examples/bench_dispatch"
+fi
 
 LUA="$(mktemp /tmp/vid-bench-dispatch-XXXXXX.lua)"
 trap 'rm -f "$LUA"' EXIT
