@@ -11,10 +11,12 @@
 //!   by storage key, never expiring: a ready video's manifests are immutable
 //!   (the transcoder writes them once, before the video turns ready, under a
 //!   prefix only that video uses). A deleted playback ID cannot reach them:
-//!   every request looks the ID up first. Kept frames and stored
-//!   thumbnails (issue 20) are kept here too, for the same reason (each is
-//!   written once under its video's prefix). At most `manifest_cache_bytes`
+//!   every request looks the ID up first. At most `manifest_cache_bytes`
 //!   bytes; past it, the least recently used are evicted.
+//!
+//!   A second instance holds kept frames and stored thumbnails (issue 20:
+//!   immutable too, each written under its video's prefix), with its own
+//!   budget (`image_cache_bytes`), so image traffic never evicts a manifest.
 //!
 //! - [`KeyCache`]: parsed signing keys (never whether a key exists).
 //!
@@ -101,7 +103,8 @@ pub struct ManifestCache {
 }
 
 impl ManifestCache {
-    /// A cache of at most `max_bytes` bytes of manifests (0: none kept).
+    /// A cache of at most `max_bytes` bytes of immutable objects (manifests,
+    /// or images; 0: none kept).
     pub fn new(max_bytes: usize) -> Self {
         Self { max_bytes, inner: Mutex::new((LruCache::unbounded(), 0)) }
     }

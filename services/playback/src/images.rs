@@ -31,10 +31,12 @@
 //! `<stream prefix>thumbnails/<ms>_<width>.jpg` (the only key space this
 //! service writes); later requests (any replica) are served from that
 //! object, and once a replica has read or made it, from that replica's
-//! memory (the `ManifestCache`, [`crate::cache`]: kept frames and
-//! thumbnails never change, like manifests; a keep-alive `GetObject` of a
-//! few-kB object from Garage stalls ~40 ms on delayed ACK, see
-//! BENCHMARKS.md). `X-Thumbnail-Cache: hit | miss` says which (`source`:
+//! memory (`AppState::images`, [`crate::cache`], `image_cache_bytes`: kept
+//! frames and thumbnails never change, like manifests; a keep-alive
+//! `GetObject` of a few-kB object from Garage stalls ~40 ms on delayed
+//! ACK, see BENCHMARKS.md). Single flight is per process: two replicas
+//! missing at once may both resize and PUT the same key (the same bytes
+//! from the same build). `X-Thumbnail-Cache: hit | miss` says which (`source`:
 //! the kept frame itself, at its own width). The work is bounded:
 //! concurrent misses of one stored key are one flight (the first resizes,
 //! the others wait for it and are served from what it stored: `hit`), one
@@ -91,7 +93,9 @@ pub const MAX_SOURCE_PIXELS: u64 = 4096 * 2304;
 pub const MAX_SOURCE_BYTES: usize = 16 * 1024 * 1024;
 /// JPEG quality of resized thumbnails (1–100).
 pub const JPEG_QUALITY: u8 = 85;
-/// The response header saying whether a resized thumbnail came from storage.
+/// The response header saying where a thumbnail came from: `hit` (stored
+/// before: this replica's memory or storage), `miss` (resized by this
+/// request), `source` (the kept frame itself).
 pub const CACHE_HEADER: &str = "x-thumbnail-cache";
 
 /// At most this many distinct keys wait in one [`KeyedLocks`] (more: `503`).
@@ -212,7 +216,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
             let (ms, width) = q.pick(images);
             let frame_key = frame_key(stream, ms);
             // Kept frames and stored thumbnails are immutable: served from
-            // the replica's cache (`ManifestCache`) once read or made.
+            // the replica's image cache once read or made.
             let answer = |image: std::sync::Arc<Manifest>, cache: &'static str| {
                 let mut res = crate::conditional::conditional_body(
                     &req,
@@ -246,7 +250,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                         PER_VIDEO.run(&stream.prefix, QUEUE_TIMEOUT, || make_thumbnail(&state, &frame_key, &cached_key, width)).await?;
                     if etag.is_some() {
                         // Stored: later requests on this replica are served from memory.
-                        state.manifests.put(&cached_key, std::sync::Arc::new(Manifest { body: jpeg.clone(), etag: etag.clone() }));
+                        state.images.put(&cached_key, std::sync::Arc::new(Manifest { body: jpeg.clone(), etag: etag.clone() }));
                     }
                     let mut res = HttpResponse::Ok();
                     res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));
@@ -260,15 +264,15 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
     }
 }
 
-/// A kept frame or a stored thumbnail, from the replica's cache or storage
-/// (then cached); `None` when storage has no such object.
+/// A kept frame or a stored thumbnail, from the replica's image cache or
+/// storage (then cached); `None` when storage has no such object.
 async fn stored_image(state: &AppState, key: &str) -> Result<Option<std::sync::Arc<Manifest>>, PlaybackError> {
-    if let Some(m) = state.manifests.get(key) {
+    if let Some(m) = state.images.get(key) {
         return Ok(Some(m));
     }
     let Some(m) = storage::small_object(&state.s3, &state.settings.s3.bucket, key).await? else { return Ok(None) };
     let m = std::sync::Arc::new(m);
-    state.manifests.put(key, m.clone());
+    state.images.put(key, m.clone());
     Ok(Some(m))
 }
 
@@ -364,7 +368,7 @@ fn parse_width(v: &str) -> Result<u32, PlaybackError> {
 /// stored object's ETag. A failed store write is logged, not answered: the
 /// thumbnail is still right (then no ETag).
 async fn make_thumbnail(state: &AppState, frame_key: &str, cached_key: &str, width: u32) -> Result<(Bytes, Option<String>), PlaybackError> {
-    let source = storage::manifest(&state.s3, &state.settings.s3.bucket, frame_key).await?;
+    let source = stored_image(state, frame_key).await?.ok_or(PlaybackError::NotFound)?;
     if source.body.len() > MAX_SOURCE_BYTES {
         return Err(PlaybackError::Internal(format!("frame {frame_key} is over {MAX_SOURCE_BYTES} bytes")));
     }

@@ -9,7 +9,7 @@
 //! - [`paths`]: the strict path grammar (anything else is a 404);
 //! - [`store`]: the one SQL query;
 //! - [`lookup`]: a playback ID's entry (cache, store) once its policy allows the request;
-//! - [`cache`]: the bounded lookup and manifest caches;
+//! - [`cache`]: the bounded lookup, manifest and image caches;
 //! - [`rewrite`]: the one URI mapping applied to every manifest;
 //! - [`known`]: the tracks and segments a stream has, from its cached manifests;
 //! - [`conditional`]: RFC 9110 preconditions on media objects;
@@ -67,6 +67,7 @@ impl Application {
             s3: vid_infra::storage::client(&settings.s3),
             lookups: Arc::new(cache::LookupCache::new(Duration::from_millis(p.lookup_cache_ms), p.lookup_cache_entries)),
             manifests: Arc::new(cache::ManifestCache::new(p.manifest_cache_bytes)),
+            images: Arc::new(cache::ManifestCache::new(p.image_cache_bytes)),
             signing_keys: Arc::new(cache::KeyCache::default()),
             manifest_cache_control: format!("public, max-age={}", p.manifest_max_age_seconds).into(),
             media_cache_control: format!("public, max-age={}, immutable", p.media_max_age_seconds).into(),

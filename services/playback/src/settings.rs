@@ -39,6 +39,12 @@ pub struct PlaybackSettings {
     /// is ready) one replica keeps in memory. 0: no manifest cache.
     #[serde(default = "default_manifest_cache_bytes")]
     pub manifest_cache_bytes: usize,
+    /// Bytes of kept frames and stored thumbnails (issue 20; immutable,
+    /// each written under its video's prefix) one replica keeps in memory,
+    /// apart from the manifests so image traffic never evicts a playlist.
+    /// 0: every image is read from storage.
+    #[serde(default = "default_image_cache_bytes")]
+    pub image_cache_bytes: usize,
     /// `Cache-Control: max-age` of playlists and MPDs, seconds: also how long
     /// a CDN in front may keep serving a deleted playback ID's manifests.
     #[serde(default = "default_manifest_max_age_seconds")]
@@ -64,6 +70,9 @@ fn default_lookup_cache_entries() -> usize {
 }
 fn default_manifest_cache_bytes() -> usize {
     64 * 1024 * 1024
+}
+fn default_image_cache_bytes() -> usize {
+    32 * 1024 * 1024
 }
 fn default_manifest_max_age_seconds() -> u32 {
     10

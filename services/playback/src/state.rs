@@ -16,6 +16,9 @@ pub struct AppState {
     pub lookups: Arc<LookupCache>,
     /// Manifest objects.
     pub manifests: Arc<ManifestCache>,
+    /// Kept frames and stored thumbnails (a second cache of the same kind,
+    /// its own budget: `playback.image_cache_bytes`).
+    pub images: Arc<ManifestCache>,
     /// Parsed public keys of signing keys (never whether a key exists).
     pub signing_keys: Arc<crate::cache::KeyCache>,
     /// `Cache-Control` of manifests: `public, max-age=<manifest_max_age_seconds>`.
