@@ -192,7 +192,12 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
     };
     match file {
         ImageFile::StoryboardImage => serve(format!("{}storyboard.jpg", stream.prefix), "image/jpeg").await,
-        ImageFile::Poster => serve(format!("{}poster.jpg", stream.prefix), "image/jpeg").await,
+        ImageFile::Poster => {
+            // One frame-sized JPEG, immutable, the first image a player
+            // loads: from the image cache like kept frames (no cache header).
+            let poster = stored_image(&state, &format!("{}poster.jpg", stream.prefix)).await?.ok_or(PlaybackError::NotFound)?;
+            crate::conditional::conditional_body(&req, cache_control, poster.etag.as_deref(), "image/jpeg", poster.body.clone())
+        }
         ImageFile::StoryboardVtt | ImageFile::StoryboardJson => {
             let vtt = file == ImageFile::StoryboardVtt;
             let key = format!("{}storyboard.{}", stream.prefix, if vtt { "vtt" } else { "json" });
@@ -249,8 +254,11 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                     let (jpeg, etag) =
                         PER_VIDEO.run(&stream.prefix, QUEUE_TIMEOUT, || make_thumbnail(&state, &frame_key, &cached_key, width)).await?;
                     if etag.is_some() {
-                        // Stored: later requests on this replica are served from memory.
-                        state.images.put(&cached_key, std::sync::Arc::new(Manifest { body: jpeg.clone(), etag: etag.clone() }));
+                        // Stored: later requests on this replica are served
+                        // from memory (an exact-size copy: the encoder's
+                        // buffer may be larger than the picture).
+                        let kept = Manifest { body: Bytes::copy_from_slice(&jpeg), etag: etag.clone() };
+                        state.images.put(&cached_key, std::sync::Arc::new(kept));
                     }
                     let mut res = HttpResponse::Ok();
                     res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));

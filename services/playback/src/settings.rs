@@ -42,7 +42,8 @@ pub struct PlaybackSettings {
     /// Bytes of kept frames and stored thumbnails (issue 20; immutable,
     /// each written under its video's prefix) one replica keeps in memory,
     /// apart from the manifests so image traffic never evicts a playlist.
-    /// 0: every image is read from storage.
+    /// An object over an eighth of it is served but not kept (as for
+    /// manifests). 0: every image is read from storage.
     #[serde(default = "default_image_cache_bytes")]
     pub image_cache_bytes: usize,
     /// `Cache-Control: max-age` of playlists and MPDs, seconds: also how long

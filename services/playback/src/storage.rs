@@ -84,7 +84,10 @@ pub async fn small_object(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> R
     }
     let etag = out.e_tag().map(str::to_owned);
     let body = out.body.collect().await.map_err(|e| PlaybackError::Unavailable(format!("reading {key}'s body: {e}")))?.into_bytes();
-    Ok(Some(Manifest { body, etag }))
+    // An exact-size copy: the collected bytes may be a slice of the HTTP
+    // client's read buffer (up to ~400 KiB), which a cache entry would keep
+    // alive whole, past what the caches' byte budgets count.
+    Ok(Some(Manifest { body: Bytes::copy_from_slice(&body), etag }))
 }
 
 /// A media object request.
