@@ -201,7 +201,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
         ImageFile::StoryboardVtt | ImageFile::StoryboardJson => {
             let vtt = file == ImageFile::StoryboardVtt;
             let key = format!("{}storyboard.{}", stream.prefix, if vtt { "vtt" } else { "json" });
-            let object = index_object(&state, &key).await?;
+            let object = crate::known::stored_manifest(&state, &key).await?;
             let forward = crate::token::forward_query(&req);
             let body = match forward.as_deref() {
                 None => object.body.clone(),
@@ -222,7 +222,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
             let frame_key = frame_key(stream, ms);
             // Kept frames and stored thumbnails are immutable: served from
             // the replica's image cache once read or made.
-            let answer = |image: std::sync::Arc<Manifest>, cache: &'static str| {
+            let answer = |image: Arc<Manifest>, cache: &'static str| {
                 let mut res = crate::conditional::conditional_body(
                     &req,
                     cache_control.clone(),
@@ -258,7 +258,7 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
                         // from memory (an exact-size copy: the encoder's
                         // buffer may be larger than the picture).
                         let kept = Manifest { body: Bytes::copy_from_slice(&jpeg), etag: etag.clone() };
-                        state.images.put(&cached_key, std::sync::Arc::new(kept));
+                        state.images.put(&cached_key, Arc::new(kept));
                     }
                     let mut res = HttpResponse::Ok();
                     res.insert_header((header::CACHE_CONTROL, cache_control.clone())).insert_header((CACHE_HEADER, "miss"));
@@ -274,12 +274,12 @@ pub async fn image(req: HttpRequest, state: web::Data<AppState>, path: web::Path
 
 /// A kept frame or a stored thumbnail, from the replica's image cache or
 /// storage (then cached); `None` when storage has no such object.
-async fn stored_image(state: &AppState, key: &str) -> Result<Option<std::sync::Arc<Manifest>>, PlaybackError> {
+async fn stored_image(state: &AppState, key: &str) -> Result<Option<Arc<Manifest>>, PlaybackError> {
     if let Some(m) = state.images.get(key) {
         return Ok(Some(m));
     }
     let Some(m) = storage::small_object(&state.s3, &state.settings.s3.bucket, key).await? else { return Ok(None) };
-    let m = std::sync::Arc::new(m);
+    let m = Arc::new(m);
     state.images.put(key, m.clone());
     Ok(Some(m))
 }
@@ -292,16 +292,6 @@ pub fn frame_key(stream: &StreamOutputs, ms: u64) -> String {
 /// The storage key of the resized thumbnail of the frame at `ms`, `width` px wide.
 pub fn thumbnail_key(stream: &StreamOutputs, ms: u64, width: u32) -> String {
     format!("{}thumbnails/{ms}_{width}.jpg", stream.prefix)
-}
-
-/// A storyboard index object, from the manifest cache or storage.
-async fn index_object(state: &AppState, key: &str) -> Result<std::sync::Arc<Manifest>, PlaybackError> {
-    if let Some(m) = state.manifests.get(key) {
-        return Ok(m);
-    }
-    let m = std::sync::Arc::new(storage::manifest(&state.s3, &state.settings.s3.bucket, key).await?);
-    state.manifests.put(key, m.clone());
-    Ok(m)
 }
 
 /// The VTT with `?<query>` on every reference to the sheet.
