@@ -8,7 +8,8 @@
 #
 #   EVENTS=4000 ENDPOINTS=1 PER_ENDPOINT_CONCURRENCY=64 WRK_DURATION=10s scripts/bench-dispatch.sh
 # (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, PUBLISH_CONCURRENCY,
-#  PLAN_CACHE_MODE, LEASE_AT_FANIN, WRK_THREADS, WRK_CONNECTIONS, BENCH_DISPATCH_BIN). Fan-out (one
+#  PLAN_CACHE_MODE, LEASE_AT_FANIN, REPLICAS (dispatchers in one process, sharing the queue and
+#  the database as replicas do), WRK_THREADS, WRK_CONNECTIONS, BENCH_DISPATCH_BIN). Fan-out (one
 #  event to 100 endpoints of one tenant): ENDPOINTS=100 EVENTS=400. Figures and
 #  their reading: BENCHMARKS.md, "Webhook dispatcher throughput".
 set -Eeuo pipefail

@@ -107,14 +107,15 @@ pub struct LeaseFresh {
     pub lease_ms: i64,
 }
 
-/// [`fan_in_leasing`]'s one statement: `$1`–`$8` the new deliveries as
+/// [`fan_in_leasing`]'s insert: `$1`–`$8` the new deliveries as
 /// arrays, in the insert order; `$9` the per-endpoint bound, `$10` how many
 /// may be leased in all (0: none, and the endpoints are not even read),
-/// `$11` the lease in ms. A delivery is inserted leased when its endpoint
+/// `$11` the lease in ms, `$12` the locked endpoints. A delivery is inserted leased when its endpoint
 /// is unthrottled and has no unleased delivery already due (so the oldest
 /// due is still sent first: the claim's order), and it fits both in the
-/// endpoint's free slots (counted exactly as the claim counts them, under
-/// the same advisory lock) and in `$10`. Its status literals are
+/// endpoint's free slots (counted exactly as the claim counts them) and in
+/// `$10`; only endpoints in `$12` (whose per-endpoint locks this
+/// transaction holds: [`crate::lease::ENDPOINT_LOCK_CLASS`]) are leased for. Its status literals are
 /// `DeliveryStatus::Pending` (checked by a test).
 const INSERT_SQL: &str = r#"
 WITH input AS (
@@ -128,6 +129,7 @@ free AS (
                    AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
     FROM webhook_endpoints e
     WHERE $10 > 0
+      AND e.id = ANY($12::text[])
       AND e.id IN (SELECT i.endpoint_id FROM input i WHERE i.status = 'pending')
       AND (e.throttled_until IS NULL OR e.throttled_until <= now())
       AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
@@ -187,9 +189,12 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// (issue 22, "claim at fan-in"): `lease` is called with the number of new
 /// `pending` deliveries (after the `SELECT`, before the insert) and returns
 /// what the caller would claim ([`LeaseFresh`]; `None` or a `limit` of 0:
-/// lease nothing). Leasing first takes the claims' advisory lock
-/// ([`crate::lease::claim`]), held to the caller's commit, so the
-/// per-endpoint bound stays exact across replicas; a leased delivery is
+/// lease nothing). Leasing first takes, without waiting, the per-endpoint
+/// locks of the new deliveries' endpoints ([`crate::lease::claim`] takes
+/// the same), held to the caller's commit, so the per-endpoint bound stays
+/// exact across replicas; an endpoint whose lock a claim or another fan-in
+/// holds at that moment gets its deliveries unleased (due now: the
+/// scheduler claims them once woken). A leased delivery is
 /// exactly what [`crate::lease::claim`] would have returned for it (same
 /// lease, token, order rule; see [`INSERT_SQL`]). Returns what was inserted
 /// and the leased deliveries, in insert order. The leases are only real
@@ -210,9 +215,17 @@ pub async fn fan_in_leasing(
     }
     let pending = missing.iter().filter(|m| m.status == EndpointStatus::Enabled).count();
     let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
-    if lease.is_some() {
-        crate::lease::lock_claims(conn).await?;
-    }
+    let locked = match lease {
+        Some(_) => {
+            let mut wanted: Vec<&str> =
+                missing.iter().filter(|m| m.status == EndpointStatus::Enabled).map(|m| m.endpoint_id.as_str()).collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            crate::lease::try_lock_endpoints(conn, &wanted).await?
+        }
+        None => Vec::new(),
+    };
+    let lease = lease.filter(|_| !locked.is_empty());
     let LeaseFresh { per_endpoint, limit, lease_ms } = lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0 });
     let now = Utc::now();
     let n = missing.len();
@@ -249,6 +262,7 @@ pub async fn fan_in_leasing(
         .bind::<BigInt, _>(i64::from(per_endpoint.max(1)))
         .bind::<BigInt, _>(i64::from(limit.max(0)))
         .bind::<BigInt, _>(lease_ms)
+        .bind::<Array<Text>, _>(locked)
         .load(conn)
         .await?;
     let mut out = FannedIn { deliveries: inserted.len(), events: Vec::with_capacity(inserted.len()) };

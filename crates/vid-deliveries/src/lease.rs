@@ -12,9 +12,23 @@ use vid_core::{DeliveryId, EndpointId, EventId, TenantId};
 use vid_db::schema::webhook_deliveries as dl;
 use vid_db::RunQueryDsl;
 
-/// Advisory-lock key serialising claims across replicas, so that the
-/// per-endpoint in-flight count each claim sees is exact.
-const CLAIM_LOCK_KEY: i64 = 0x7669_645f_776b_6864; // "vid_wkhd"
+/// Class of the per-endpoint advisory locks: a lease is only ever taken
+/// under the transaction-scoped lock `(ENDPOINT_LOCK_CLASS,
+/// hashtext(endpoint_id))`, so the in-flight count each leasing statement
+/// sees for its endpoint is exact across replicas. The two-`int4` key form
+/// is its own key space (`pg_locks.objsubid = 2`), apart from the one-`bigint`
+/// keys (the migration lock). Written into the SQL by `try_lock_endpoint!`;
+/// a hash collision only makes two endpoints share a lock.
+pub const ENDPOINT_LOCK_CLASS: i32 = 0x7668_6b64; // "vhkd"
+
+/// `pg_try_advisory_xact_lock(ENDPOINT_LOCK_CLASS, hashtext(<id>))` as SQL
+/// text, for an expression naming an endpoint id; never waits (another
+/// holder is leasing that endpoint right now: skip it, it is served).
+macro_rules! try_lock_endpoint {
+    ($id:literal) => {
+        concat!("pg_try_advisory_xact_lock(1986554724, hashtext(", $id, "))")
+    };
+}
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -52,10 +66,17 @@ impl Claimed {
     }
 }
 
-/// The claim statement ([`claim`]); `$1` per-endpoint bound, `$2` batch
-/// limit, `$3` lease in ms. Its status literals are `DeliveryStatus::Pending`
-/// (checked by a test).
-const CLAIM_SQL: &str = r#"
+/// The first statement of a claim ([`claim`]): sets `plan_cache_mode =
+/// force_custom_plan` for the transaction (see [`CLAIM_SQL`]) and takes the
+/// per-endpoint locks, without waiting, of at most `$1` endpoints that have
+/// a due, unleased delivery and are not throttled, oldest due first; an
+/// endpoint locked by another replica's claim or fan-in is skipped (it is
+/// being served; its deliveries stay claimable). Returns the locked ids.
+/// It is a statement of its own because the claim must run in a snapshot
+/// taken after the locks are held (READ COMMITTED takes one per statement),
+/// so it sees every lease of the previous holder.
+const LOCK_SQL: &str = concat!(
+    r#"
 WITH RECURSIVE pending_endpoints(endpoint_id) AS (
     -- Every endpoint with a claimable delivery, by a skip scan of the partial
     -- index webhook_deliveries_claimable: one index probe per endpoint,
@@ -66,14 +87,36 @@ WITH RECURSIVE pending_endpoints(endpoint_id) AS (
             WHERE d.status = 'pending' AND d.locked_until IS NULL AND d.endpoint_id > p.endpoint_id)
     FROM pending_endpoints p WHERE p.endpoint_id IS NOT NULL
 ),
-open_endpoints AS (
-    SELECT p.endpoint_id,
-           LEAST($1, COALESCE(e.concurrency_limit, $1)) - (SELECT count(*) FROM webhook_deliveries f
-                 WHERE f.endpoint_id = p.endpoint_id AND f.status = 'pending'
-                   AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
+due_endpoints AS MATERIALIZED (
+    SELECT p.endpoint_id
     FROM pending_endpoints p
     JOIN webhook_endpoints e ON e.id = p.endpoint_id
-    WHERE e.throttled_until IS NULL OR e.throttled_until <= now()
+    CROSS JOIN LATERAL (SELECT min(d.next_attempt_at) AS oldest FROM webhook_deliveries d
+                        WHERE d.endpoint_id = p.endpoint_id AND d.status = 'pending' AND d.locked_until IS NULL) o
+    WHERE (e.throttled_until IS NULL OR e.throttled_until <= now()) AND o.oldest <= now()
+    ORDER BY o.oldest, p.endpoint_id
+    LIMIT $1
+)
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
+       ARRAY(SELECT u.endpoint_id FROM due_endpoints u WHERE "#,
+    try_lock_endpoint!("u.endpoint_id"),
+    r#") AS locked
+"#
+);
+
+/// The claim statement proper ([`claim`]), run after [`LOCK_SQL`]: `$1`
+/// per-endpoint bound, `$2` batch limit, `$3` lease in ms, `$4` the
+/// endpoints this transaction holds the locks of (a text array). Its status
+/// literals are `DeliveryStatus::Pending` (checked by a test).
+const CLAIM_SQL: &str = r#"
+WITH open_endpoints AS (
+    SELECT e.id AS endpoint_id,
+           LEAST($1, COALESCE(e.concurrency_limit, $1)) - (SELECT count(*) FROM webhook_deliveries f
+                 WHERE f.endpoint_id = e.id AND f.status = 'pending'
+                   AND f.locked_until IS NOT NULL AND f.locked_until >= now()) AS free
+    FROM webhook_endpoints e
+    WHERE e.id = ANY($4::text[])
+      AND (e.throttled_until IS NULL OR e.throttled_until <= now())
 ),
 chosen AS (
     SELECT c.id, c.next_attempt_at
@@ -97,43 +140,71 @@ RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_cou
 
 "#;
 
-/// The claim as a statement diesel prepares once per connection and then
-/// only executes (its SQL is fixed, so it is safe to cache; `sql_query`
-/// never is, and parses it again every time). PostgreSQL still plans it
-/// for each call's values: [`lock_claims`] sets `plan_cache_mode =
-/// force_custom_plan` for the transaction, since the generic plan of this
-/// statement is several times slower (its `LIMIT`s and counts are unknown
-/// to it). Binds: per-endpoint bound, batch limit, lease in ms (`bigint`).
-#[derive(Debug, Clone, Copy)]
-struct ClaimQuery {
-    per_endpoint: i64,
-    limit: i64,
-    lease_ms: i64,
+/// One bound value of a [`Prepared`] statement.
+#[derive(Debug, Clone)]
+enum Bind {
+    BigInt(i64),
+    Texts(Vec<String>),
 }
 
-impl diesel::query_builder::QueryId for ClaimQuery {
-    type QueryId = ClaimQuery;
+/// Which fixed SQL a [`Prepared`] statement runs (one type per statement:
+/// diesel keys its prepared-statement cache by this type).
+trait FixedSql: 'static {
+    /// The SQL; its `$1`…`$9` are the binds, in any order and repeated at will.
+    const SQL: &'static str;
+}
+
+/// The lock statement's marker ([`LOCK_SQL`]).
+struct LockSql;
+impl FixedSql for LockSql {
+    const SQL: &'static str = LOCK_SQL;
+}
+
+/// The claim statement's marker ([`CLAIM_SQL`]).
+struct ClaimSql;
+impl FixedSql for ClaimSql {
+    const SQL: &'static str = CLAIM_SQL;
+}
+
+/// A statement with fixed SQL that diesel prepares once per connection
+/// and then only executes (`sql_query` never caches, and parses and plans
+/// it again every time). PostgreSQL still plans the claim for each call's
+/// values: [`LOCK_SQL`] sets `plan_cache_mode = force_custom_plan` for the
+/// transaction, since the claim's generic plan is several times slower
+/// (its `LIMIT`s and counts are unknown to it).
+struct Prepared<S: FixedSql> {
+    binds: Vec<Bind>,
+    _sql: std::marker::PhantomData<S>,
+}
+
+impl<S: FixedSql> Prepared<S> {
+    fn new(binds: Vec<Bind>) -> Self {
+        Prepared { binds, _sql: std::marker::PhantomData }
+    }
+}
+
+impl<S: FixedSql> diesel::query_builder::QueryId for Prepared<S> {
+    type QueryId = S;
     const HAS_STATIC_QUERY_ID: bool = true;
 }
 
-impl diesel::query_builder::Query for ClaimQuery {
+impl<S: FixedSql> diesel::query_builder::Query for Prepared<S> {
     type SqlType = diesel::sql_types::Untyped;
 }
 
-impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for ClaimQuery {
-    /// [`CLAIM_SQL`] with each `$n` bound where it stands (diesel numbers
-    /// binds in order, so a parameter used twice is bound twice).
+impl<S: FixedSql> diesel::query_builder::QueryFragment<diesel::pg::Pg> for Prepared<S> {
+    /// `S::SQL` with each `$n` bound where it stands (diesel numbers binds
+    /// in order, so a parameter used twice is bound twice).
     fn walk_ast<'b>(&'b self, mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>) -> QueryResult<()> {
-        let mut rest = CLAIM_SQL;
+        let mut rest = S::SQL;
         while let Some(at) = rest.find('$') {
             out.push_sql(&rest[..at]);
-            let value = match rest.as_bytes().get(at + 1) {
-                Some(b'1') => &self.per_endpoint,
-                Some(b'2') => &self.limit,
-                Some(b'3') => &self.lease_ms,
-                _ => unreachable!("CLAIM_SQL names $1, $2 and $3 only"),
-            };
-            out.push_bind_param::<BigInt, _>(value)?;
+            let n = rest.as_bytes().get(at + 1).and_then(|b| b.checked_sub(b'1')).map(usize::from);
+            match n.and_then(|n| self.binds.get(n)) {
+                Some(Bind::BigInt(v)) => out.push_bind_param::<BigInt, _>(v)?,
+                Some(Bind::Texts(v)) => out.push_bind_param::<Array<Text>, _>(v)?,
+                None => unreachable!("every $n of a fixed statement has its bind"),
+            }
             rest = &rest[at + 2..];
         }
         out.push_sql(rest);
@@ -141,18 +212,30 @@ impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for ClaimQuery {
     }
 }
 
-/// Takes the claims' transaction-scoped advisory lock (held to the
-/// caller's commit): [`claim`] and the leasing fan-in
-/// ([`crate::fanin::fan_in_leasing`]) run one at a time across replicas, and
-/// each statement after it sees every earlier claim's leases. In the same
-/// statement, `plan_cache_mode = force_custom_plan` for the rest of the
-/// transaction (`SET LOCAL`; see [`ClaimQuery`]).
-pub(crate) async fn lock_claims(conn: &mut AsyncPgConnection) -> QueryResult<()> {
-    diesel::sql_query("SELECT pg_advisory_xact_lock($1), set_config('plan_cache_mode', 'force_custom_plan', true)")
-        .bind::<BigInt, _>(CLAIM_LOCK_KEY)
-        .execute(conn)
-        .await
-        .map(drop)
+/// [`LOCK_SQL`]'s one row.
+#[derive(Debug, QueryableByName)]
+struct Locked {
+    #[diesel(sql_type = Text)]
+    #[allow(dead_code)]
+    plan_cache_mode: String,
+    #[diesel(sql_type = Array<Text>)]
+    locked: Vec<String>,
+}
+
+/// Takes, without waiting, the per-endpoint locks of the given endpoints
+/// (held to the caller's commit) and returns those it got: an endpoint
+/// whose lock another transaction holds (a claim or a fan-in leasing it
+/// right now) is left out. Only a delivery of a returned endpoint may be
+/// leased in this transaction, by a statement after this one.
+pub(crate) async fn try_lock_endpoints(conn: &mut AsyncPgConnection, endpoints: &[&str]) -> QueryResult<Vec<String>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Array<Text>)]
+        locked: Vec<String>,
+    }
+    let sql = concat!("SELECT ARRAY(SELECT u.id FROM unnest($1::text[]) AS u(id) WHERE ", try_lock_endpoint!("u.id"), ") AS locked");
+    let row: Row = diesel::sql_query(sql).bind::<Array<Text>, _>(endpoints).get_result(conn).await?;
+    Ok(row.locked)
 }
 
 /// The sweep of expired leases ([`release_expired`]).
@@ -163,24 +246,40 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// endpoint counting every replica's leases, oldest due first; the lease
 /// runs `lease_ms` milliseconds.
 ///
-/// Runs under a transaction-scoped advisory lock, so two replicas' claims do
-/// not interleave (a claim is one short statement). Endpoints that answered
-/// 429/503 are skipped until their `throttled_until`, and afterwards get
-/// only their `concurrency_limit` slots (halved by the 429/503, one more per
-/// recorded success; see [`crate::outcome::record`]) instead of `per_endpoint`. Only unleased
-/// deliveries are claimed; expired leases are first put back by
+/// Two statements in one transaction: [`LOCK_SQL`] takes the per-endpoint
+/// locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit` endpoints with due
+/// deliveries, skipping any another replica's claim or fan-in is leasing
+/// at that moment, then [`CLAIM_SQL`] leases among those endpoints only.
+/// Replicas serving different endpoints never wait for each other, and no
+/// claim ever waits for a lock. Endpoints that answered 429/503 are skipped
+/// until their `throttled_until`, and afterwards get only their
+/// `concurrency_limit` slots (halved by the 429/503, one more per recorded
+/// success; see [`crate::outcome::record`]) instead of `per_endpoint`. Only
+/// unleased deliveries are claimed; expired leases are first put back by
 /// [`release_expired`]. Its cost grows with the number of endpoints that
 /// have claimable deliveries, not with their backlogs nor with what is in
-/// flight (index skip scan, then an index range scan per endpoint, both on
-/// the partial index `webhook_deliveries_claimable`; see migration
-/// `2026-11-30-000040_dispatcher_claimable_index`).
+/// flight (index skip scan, then index probes per endpoint, on the partial
+/// index `webhook_deliveries_claimable`; see migration
+/// `2026-11-30-000040_dispatcher_claimable_index`). Returns fewer than
+/// `limit` when fewer are due, the bounds are full, or an endpoint was
+/// skipped; the caller claims again when woken.
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     use diesel_async::scoped_futures::ScopedFutureExt;
     use diesel_async::AsyncConnection;
     conn.transaction(|conn| {
         async move {
-            lock_claims(conn).await?;
-            ClaimQuery { per_endpoint: i64::from(per_endpoint), limit: i64::from(limit), lease_ms }.load(conn).await
+            let locked: Locked = Prepared::<LockSql>::new(vec![Bind::BigInt(i64::from(limit))]).get_result(conn).await?;
+            if locked.locked.is_empty() {
+                return Ok(Vec::new());
+            }
+            Prepared::<ClaimSql>::new(vec![
+                Bind::BigInt(i64::from(per_endpoint)),
+                Bind::BigInt(i64::from(limit)),
+                Bind::BigInt(lease_ms),
+                Bind::Texts(locked.locked),
+            ])
+            .load(conn)
+            .await
         }
         .scope_boxed()
     })
@@ -239,10 +338,18 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [CLAIM_SQL, RELEASE_EXPIRED_SQL] {
+        for sql in [LOCK_SQL, CLAIM_SQL, RELEASE_EXPIRED_SQL] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
         }
+    }
+
+    /// The macro's literal lock class is [`ENDPOINT_LOCK_CLASS`].
+    #[test]
+    fn the_lock_sql_names_the_class() {
+        let call = format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(");
+        assert!(try_lock_endpoint!("x").starts_with(&call));
+        assert!(LOCK_SQL.contains(&format!("{call}u.endpoint_id))")));
     }
 }

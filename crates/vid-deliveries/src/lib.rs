@@ -55,9 +55,13 @@
 //!
 //! Issue 22 tuned the hot path: the dispatcher's fan-in leases the new
 //! deliveries in its insert when the endpoint has free slots and nothing
-//! older due ([`fanin::fan_in_leasing`], under the claims' advisory lock, so
-//! the bound stays exact); the claim is a cached prepared statement, planned
-//! for each call (`force_custom_plan`: its generic plan is slower). The fan-in reads the
+//! older due ([`fanin::fan_in_leasing`]); the claim is a cached prepared
+//! statement, planned for each call (`force_custom_plan`: its generic plan
+//! is slower). Every lease is taken under its endpoint's transaction-scoped
+//! advisory lock ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting:
+//! a claim or fan-in skips an endpoint another one is leasing at that
+//! moment, so the per-endpoint bound stays exact across replicas and no
+//! leasing statement ever waits for another. The fan-in reads the
 //! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
 //! (issue 24), shared with the reconciliation ([`reconcile`]).
 

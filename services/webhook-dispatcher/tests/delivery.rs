@@ -622,3 +622,61 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
     assert_eq!(store::record_successes(&mut conn, &[(first[0].clone(), ok.clone())], 4).await.unwrap(), 0, "the old token is void");
     assert_eq!(store::record_successes(&mut conn, &[(second[0].clone(), ok)], 4).await.unwrap(), 1, "the new holder records");
 }
+
+/// Per-endpoint locks (issue 22): while another transaction holds endpoint
+/// A's lock (as a claim or fan-in of another replica does while it leases
+/// A), a claim skips A without waiting and still claims B's delivery; the
+/// fan-in leases B's new delivery and inserts A's unleased. Once the lock
+/// is gone, A's deliveries are claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
+    let (_, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 2);
+
+    let mut holder = w.conn().await;
+    diesel::sql_query("BEGIN").execute(&mut holder).await.unwrap();
+    diesel::sql_query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+        .bind::<diesel::sql_types::Integer, _>(store::lease::ENDPOINT_LOCK_CLASS)
+        .bind::<diesel::sql_types::Text, _>(a.as_str())
+        .execute(&mut holder)
+        .await
+        .unwrap();
+
+    let mut conn = w.conn().await;
+    // A hang guard only (a claim that waited for the lock would never return).
+    let guard = Duration::from_secs(30);
+    let claimed = tokio::time::timeout(guard, store::claim(&mut conn, 8, 10, 60_000)).await.expect("the claim waited").unwrap();
+    assert_eq!(claimed.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "A is skipped, B is claimed");
+
+    let (event_2, _) = w.record_event().await;
+    let (fanned, leased) = tokio::time::timeout(
+        guard,
+        conn.transaction::<_, diesel::result::Error, _>(|conn| {
+            let ids = vec![event_2.clone()];
+            async move {
+                store::fan_in_leasing(conn, &ids, |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000 })).await
+            }
+            .scope_boxed()
+        }),
+    )
+    .await
+    .expect("the fan-in waited")
+    .unwrap();
+    assert_eq!(fanned.deliveries, 2);
+    assert_eq!(leased.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "only B's new delivery is leased");
+    let unleased: Vec<(String, Option<chrono::DateTime<Utc>>)> =
+        dl::table.filter(dl::endpoint_id.eq(a.as_str())).select((dl::status, dl::locked_until)).load(&mut conn).await.unwrap();
+    assert_eq!(unleased.len(), 2);
+    assert!(unleased.iter().all(|(s, l)| s == "pending" && l.is_none()), "A's deliveries wait, unleased: {unleased:?}");
+
+    diesel::sql_query("COMMIT").execute(&mut holder).await.unwrap();
+    let claimed = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 2, "with the lock gone both of A's deliveries are claimed");
+    assert!(claimed.iter().all(|c| c.endpoint_id == a));
+}

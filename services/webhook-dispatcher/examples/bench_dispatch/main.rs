@@ -202,6 +202,7 @@ struct Config {
     publish_concurrency: usize,
     plan_cache_mode: Option<String>,
     lease_at_fanin: bool,
+    replicas: usize,
 }
 
 impl Config {
@@ -217,6 +218,7 @@ impl Config {
             publish_concurrency: env_or("PUBLISH_CONCURRENCY", 256),
             plan_cache_mode: std::env::var("PLAN_CACHE_MODE").ok().filter(|m| !m.is_empty()),
             lease_at_fanin: env_or("LEASE_AT_FANIN", 1u8) != 0,
+            replicas: env_or("REPLICAS", 1usize).max(1),
         }
     }
 
@@ -368,10 +370,12 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
 /// broker messages/s, database deliveries/s; `counts`: attempts without a 200, deliveries
 /// not succeeded (-1 if a count failed).
 fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burst, paced: &Paced, counts: (i64, i64)) {
-    let Config { events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, .. } = *cfg;
+    let Config {
+        events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, replicas, ..
+    } = *cfg;
     let plan_cache_mode = cfg.plan_cache_mode.as_deref().unwrap_or("auto (default)");
     let ((broker_rate, database_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
-    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} (test profile otherwise: idle_poll_ms=50)");
+    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} replicas={replicas} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
         burst.deliveries,
@@ -446,7 +450,8 @@ async fn main() {
     Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
     let (tenant, mut conn) = seed_endpoints(&settings, &db_url, &url, cfg.endpoints).await;
     let bench_db_settings = settings.database.clone();
-    let (stop_tx, running) = start_dispatcher(settings);
+    // REPLICAS dispatchers in this process: competing consumers of one queue, one database, as replicas run.
+    let replicas: Vec<_> = (0..cfg.replicas).map(|_| start_dispatcher(settings.clone())).collect();
     let bench_db = vid_db::pool(&bench_db_settings).unwrap();
     let bench = Arc::new(Bench { tenant, db: bench_db, prefix, publisher, log: log.clone(), expected_per_event: cfg.endpoints });
 
@@ -468,8 +473,11 @@ async fn main() {
         at::table.filter(at::response_status.ne(200).or(at::response_status.is_null())).count().get_result(&mut conn).await.unwrap_or(-1);
 
     // Counted once the dispatcher has stopped: its drain records every attempt that went out.
-    let _ = stop_tx.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(30), running).await;
+    let (stops, running): (Vec<_>, Vec<_>) = replicas.into_iter().unzip();
+    for stop in stops {
+        let _ = stop.send(());
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(running)).await;
     let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
     report(&cfg, wrk_rps, (broker_rate, database_rate), &burst, &paced, (non_200, not_succeeded));
