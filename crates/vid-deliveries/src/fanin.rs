@@ -216,12 +216,16 @@ pub async fn fan_in_leasing(
     let pending = missing.iter().filter(|m| m.status == EndpointStatus::Enabled).count();
     let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
     let locked = match lease {
-        Some(_) => {
-            let mut wanted: Vec<&str> =
-                missing.iter().filter(|m| m.status == EndpointStatus::Enabled).map(|m| m.endpoint_id.as_str()).collect();
-            wanted.sort_unstable();
-            wanted.dedup();
-            crate::lease::try_lock_endpoints(conn, &wanted).await?
+        Some(l) => {
+            // Distinct, in insert order: the first endpoints get the leases, as in the insert.
+            let mut seen = std::collections::HashSet::new();
+            let wanted: Vec<&str> = missing
+                .iter()
+                .filter(|m| m.status == EndpointStatus::Enabled)
+                .map(|m| m.endpoint_id.as_str())
+                .filter(|id| seen.insert(*id))
+                .collect();
+            crate::lease::try_lock_for_fan_in(conn, &wanted, l.limit, l.per_endpoint.max(1)).await?
         }
         None => Vec::new(),
     };

@@ -69,12 +69,18 @@ impl Claimed {
 /// The first statement of a claim ([`claim`]): sets `plan_cache_mode =
 /// force_custom_plan` for the transaction (see [`CLAIM_SQL`]) and takes the
 /// per-endpoint locks, without waiting, of at most `$1` endpoints that have
-/// a due, unleased delivery and are not throttled, oldest due first; an
-/// endpoint locked by another replica's claim or fan-in is skipped (it is
-/// being served; its deliveries stay claimable). Returns the locked ids.
-/// It is a statement of its own because the claim must run in a snapshot
-/// taken after the locks are held (READ COMMITTED takes one per statement),
-/// so it sees every lease of the previous holder.
+/// a due, unleased delivery, are not throttled and have a free slot under
+/// the bound `$2` (counted before the lock, so possibly stale; the claim
+/// counts again under it), oldest due first. An endpoint locked by another
+/// replica's claim or fan-in is skipped (it is being served; its deliveries
+/// stay claimable) and takes no place of the `$1`; so do full and throttled
+/// endpoints, so they never crowd out others (no head-of-line blocking).
+/// The lock is tried only on the rows of the materialized, ordered CTE, up
+/// to the `LIMIT` (plan: `Limit -> CTE Scan (Filter: try_lock)`), so at most
+/// `$1` locks are held. Returns the locked ids. It is a statement of its own
+/// because the claim must run in a snapshot taken after the locks are held
+/// (READ COMMITTED takes one per statement), so it sees every lease of the
+/// previous holder.
 const LOCK_SQL: &str = concat!(
     r#"
 WITH RECURSIVE pending_endpoints(endpoint_id) AS (
@@ -94,13 +100,15 @@ due_endpoints AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT min(d.next_attempt_at) AS oldest FROM webhook_deliveries d
                         WHERE d.endpoint_id = p.endpoint_id AND d.status = 'pending' AND d.locked_until IS NULL) o
     WHERE (e.throttled_until IS NULL OR e.throttled_until <= now()) AND o.oldest <= now()
+      AND LEAST($2, COALESCE(e.concurrency_limit, $2)) > (SELECT count(*) FROM webhook_deliveries f
+                 WHERE f.endpoint_id = p.endpoint_id AND f.status = 'pending'
+                   AND f.locked_until IS NOT NULL AND f.locked_until >= now())
     ORDER BY o.oldest, p.endpoint_id
-    LIMIT $1
 )
 SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
        ARRAY(SELECT u.endpoint_id FROM due_endpoints u WHERE "#,
     try_lock_endpoint!("u.endpoint_id"),
-    r#") AS locked
+    r#" LIMIT $1) AS locked
 "#
 );
 
@@ -222,19 +230,59 @@ struct Locked {
     locked: Vec<String>,
 }
 
-/// Takes, without waiting, the per-endpoint locks of the given endpoints
-/// (held to the caller's commit) and returns those it got: an endpoint
-/// whose lock another transaction holds (a claim or a fan-in leasing it
-/// right now) is left out. Only a delivery of a returned endpoint may be
-/// leased in this transaction, by a statement after this one.
-pub(crate) async fn try_lock_endpoints(conn: &mut AsyncPgConnection, endpoints: &[&str]) -> QueryResult<Vec<String>> {
+/// The fan-in's lock statement ([`try_lock_for_fan_in`]): `$1` the
+/// endpoints of the new `pending` deliveries in insert order, `$2` how many
+/// may be locked, `$3` the per-endpoint bound. Only endpoints the insert
+/// could lease for are tried: not throttled, no unleased delivery already
+/// due (the insert leaves those to the claim, oldest first) and a free slot
+/// (counted before the lock; the insert counts again under it). As in
+/// [`LOCK_SQL`], the lock is tried on the materialized rows only, up to the
+/// `LIMIT`, so at most `$2` locks are held however many endpoints a batch
+/// reaches.
+const FAN_IN_LOCK_SQL: &str = concat!(
+    r#"
+WITH wanted AS MATERIALIZED (
+    SELECT u.id
+    FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord)
+    JOIN webhook_endpoints e ON e.id = u.id
+    WHERE (e.throttled_until IS NULL OR e.throttled_until <= now())
+      AND NOT EXISTS (SELECT 1 FROM webhook_deliveries b
+                      WHERE b.endpoint_id = u.id AND b.status = 'pending' AND b.locked_until IS NULL
+                        AND b.next_attempt_at <= now())
+      AND LEAST($3, COALESCE(e.concurrency_limit, $3)) > (SELECT count(*) FROM webhook_deliveries f
+                 WHERE f.endpoint_id = u.id AND f.status = 'pending'
+                   AND f.locked_until IS NOT NULL AND f.locked_until >= now())
+    ORDER BY u.ord
+)
+SELECT ARRAY(SELECT w.id FROM wanted w WHERE "#,
+    try_lock_endpoint!("w.id"),
+    r#" LIMIT $2) AS locked
+"#
+);
+
+/// Takes, without waiting, the per-endpoint locks (held to the caller's
+/// commit) of at most `limit` of `endpoints` (distinct, in insert order)
+/// that a fan-in could lease for ([`FAN_IN_LOCK_SQL`]), and returns those
+/// it got: an endpoint whose lock another transaction holds (a claim or a
+/// fan-in leasing it right now) is left out. Only a delivery of a returned
+/// endpoint may be leased in this transaction, by a statement after this one.
+pub(crate) async fn try_lock_for_fan_in(
+    conn: &mut AsyncPgConnection,
+    endpoints: &[&str],
+    limit: i32,
+    per_endpoint: i32,
+) -> QueryResult<Vec<String>> {
     #[derive(QueryableByName)]
     struct Row {
         #[diesel(sql_type = Array<Text>)]
         locked: Vec<String>,
     }
-    let sql = concat!("SELECT ARRAY(SELECT u.id FROM unnest($1::text[]) AS u(id) WHERE ", try_lock_endpoint!("u.id"), ") AS locked");
-    let row: Row = diesel::sql_query(sql).bind::<Array<Text>, _>(endpoints).get_result(conn).await?;
+    let row: Row = diesel::sql_query(FAN_IN_LOCK_SQL)
+        .bind::<Array<Text>, _>(endpoints)
+        .bind::<BigInt, _>(i64::from(limit))
+        .bind::<BigInt, _>(i64::from(per_endpoint))
+        .get_result(conn)
+        .await?;
     Ok(row.locked)
 }
 
@@ -251,7 +299,8 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// deliveries, skipping any another replica's claim or fan-in is leasing
 /// at that moment, then [`CLAIM_SQL`] leases among those endpoints only.
 /// Replicas serving different endpoints never wait for each other, and no
-/// claim ever waits for a lock. Endpoints that answered 429/503 are skipped
+/// claim waits for another's advisory lock (its `UPDATE` may still wait on
+/// a row lock, e.g. behind an endpoint being disabled). Endpoints that answered 429/503 are skipped
 /// until their `throttled_until`, and afterwards get only their
 /// `concurrency_limit` slots (halved by the 429/503, one more per recorded
 /// success; see [`crate::outcome::record`]) instead of `per_endpoint`. Only
@@ -268,7 +317,9 @@ pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, 
     use diesel_async::AsyncConnection;
     conn.transaction(|conn| {
         async move {
-            let locked: Locked = Prepared::<LockSql>::new(vec![Bind::BigInt(i64::from(limit))]).get_result(conn).await?;
+            let locked: Locked = Prepared::<LockSql>::new(vec![Bind::BigInt(i64::from(limit)), Bind::BigInt(i64::from(per_endpoint))])
+                .get_result(conn)
+                .await?;
             if locked.locked.is_empty() {
                 return Ok(Vec::new());
             }
@@ -338,7 +389,7 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [LOCK_SQL, CLAIM_SQL, RELEASE_EXPIRED_SQL] {
+        for sql in [LOCK_SQL, FAN_IN_LOCK_SQL, CLAIM_SQL, RELEASE_EXPIRED_SQL] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");

@@ -638,6 +638,13 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
     let (_, payload) = w.record_event().await;
     assert_eq!(w.fan_in(&payload).await, 2);
+    let mut conn = w.conn().await;
+    // A's delivery is the oldest due: a claim of one must still skip it, not come back empty.
+    diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())))
+        .set(dl::next_attempt_at.eq(Utc::now() - chrono::Duration::hours(1)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
 
     let mut holder = w.conn().await;
     diesel::sql_query("BEGIN").execute(&mut holder).await.unwrap();
@@ -648,10 +655,9 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
         .await
         .unwrap();
 
-    let mut conn = w.conn().await;
     // A hang guard only (a claim that waited for the lock would never return).
     let guard = Duration::from_secs(30);
-    let claimed = tokio::time::timeout(guard, store::claim(&mut conn, 8, 10, 60_000)).await.expect("the claim waited").unwrap();
+    let claimed = tokio::time::timeout(guard, store::claim(&mut conn, 8, 1, 60_000)).await.expect("the claim waited").unwrap();
     assert_eq!(claimed.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "A is skipped, B is claimed");
 
     let (event_2, _) = w.record_event().await;
@@ -679,4 +685,31 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     let claimed = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
     assert_eq!(claimed.len(), 2, "with the lock gone both of A's deliveries are claimed");
     assert!(claimed.iter().all(|c| c.endpoint_id == a));
+}
+
+/// An endpoint at its bound whose backlog is the oldest takes no place of
+/// a claim's limit (issue 22 review): a claim of one still leases another
+/// endpoint's due delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_endpoint_with_the_oldest_backlog_does_not_crowd_out_others() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (full, _) = w.endpoint("http://127.0.0.1:9/full").await;
+    let (other, _) = w.endpoint("http://127.0.0.1:9/other").await;
+    for _ in 0..2 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 2);
+    }
+    let mut conn = w.conn().await;
+    diesel::update(dl::table.filter(dl::endpoint_id.eq(full.as_str())))
+        .set(dl::next_attempt_at.eq(Utc::now() - chrono::Duration::hours(1)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let first = store::claim(&mut conn, 1, 1, 60_000).await.unwrap();
+    assert_eq!(first.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&full], "the oldest due first");
+    // `full` is at its bound of 1 and still has the oldest due delivery.
+    let second = store::claim(&mut conn, 1, 1, 60_000).await.unwrap();
+    assert_eq!(second.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&other], "the full endpoint is passed over");
+    assert!(store::claim(&mut conn, 1, 1, 60_000).await.unwrap().is_empty(), "both at their bound");
 }
