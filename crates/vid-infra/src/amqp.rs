@@ -355,8 +355,11 @@ mod tests {
         let settings = AmqpSettings { url: format!("amqp://guest:guest@{addr}/%2f").into(), prefix: "silent".into() };
         // Without the per-attempt bound the first attempt never returns; the
         // outer timeout only keeps such a regression from hanging the suite.
+        // 2 s to give up in: a second attempt starts ~500 ms in (300 ms
+        // timeout, 200 ms back-off), with room for a loaded machine (at 900 ms
+        // a slow first attempt left no time for the second).
         let result =
-            tokio::time::timeout(Duration::from_secs(60), connect_with(&settings, Duration::from_millis(900), Duration::from_millis(300)))
+            tokio::time::timeout(Duration::from_secs(60), connect_with(&settings, Duration::from_millis(2000), Duration::from_millis(300)))
                 .await
                 .expect("connect returned instead of hanging");
         let err = result.expect_err("no connection");
