@@ -182,7 +182,8 @@ struct Inserted {
 ///
 /// Errors: the database's.
 pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResult<FannedIn> {
-    Ok(fan_in_leasing(conn, ids, |_| None).await?.0)
+    // Leases nothing, so it takes no lock and needs no transaction of its own.
+    Ok(insert_leasing(conn, ids, |_| None).await?.0)
 }
 
 /// [`fan_in`], and the claim of the new deliveries in the same insert
@@ -190,25 +191,43 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// `pending` deliveries (after the `SELECT`, before the insert) and returns
 /// what the caller would claim ([`LeaseFresh`]; `None` or a `limit` of 0:
 /// lease nothing). Leasing first takes, without waiting, the per-endpoint
-/// locks of the new deliveries' endpoints ([`crate::lease::claim`] takes
-/// the same), held to the caller's commit, so the per-endpoint bound stays
-/// exact across replicas; an endpoint whose lock a claim or another fan-in
-/// holds at that moment gets its deliveries unleased (due now: the
-/// scheduler claims them once woken). A leased delivery is
-/// exactly what [`crate::lease::claim`] would have returned for it (same
-/// lease, token, order rule; see [`INSERT_SQL`]). Returns what was inserted
-/// and the leased deliveries, in insert order. The leases are only real
-/// once the caller commits.
+/// locks ([`crate::lease::claim`] takes the same) of at most `limit` of the
+/// new deliveries' endpoints, only of those it could lease for (not
+/// throttled, nothing older due, a free slot), in insert order, held to
+/// the commit, so the per-endpoint bound stays exact across replicas; an
+/// endpoint whose lock another transaction holds at that moment (a claim,
+/// another fan-in, or an endpoint sharing its lock's hash) gets its
+/// deliveries unleased (due now: the scheduler claims them once woken). A
+/// leased delivery is exactly what [`crate::lease::claim`] would have
+/// returned for it (same lease, token, order rule; see [`INSERT_SQL`]).
+/// Returns what was inserted and the leased deliveries, in insert order.
+/// It runs in a transaction of its own, or in a savepoint of the caller's,
+/// so the locks always cover the insert; the leases are only real once the
+/// outermost transaction commits.
 ///
 /// Errors: the database's.
 pub async fn fan_in_leasing(
     conn: &mut AsyncPgConnection,
     ids: &[EventId],
-    lease: impl FnOnce(usize) -> Option<LeaseFresh>,
+    lease: impl FnOnce(usize) -> Option<LeaseFresh> + Send,
 ) -> QueryResult<(FannedIn, Vec<Claimed>)> {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
     if ids.is_empty() {
         return Ok(Default::default());
     }
+    // A savepoint when the caller has a transaction open: the locks, being
+    // transaction-scoped, then last to the caller's commit; without one, its
+    // own transaction, so the lock statement's locks still cover the insert.
+    conn.transaction(|conn| async move { insert_leasing(conn, ids, lease).await }.scope_boxed()).await
+}
+
+/// [`fan_in_leasing`]'s body, inside its transaction.
+async fn insert_leasing(
+    conn: &mut AsyncPgConnection,
+    ids: &[EventId],
+    lease: impl FnOnce(usize) -> Option<LeaseFresh> + Send,
+) -> QueryResult<(FannedIn, Vec<Claimed>)> {
     let missing: Vec<Missing> = diesel::sql_query(missing_sql()).bind::<Array<Text>, _>(ids).load(conn).await?;
     if missing.is_empty() {
         return Ok(Default::default());

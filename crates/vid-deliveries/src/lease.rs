@@ -66,8 +66,10 @@ impl Claimed {
     }
 }
 
-/// The first statement of a claim ([`claim`]): sets `plan_cache_mode =
-/// force_custom_plan` for the transaction (see [`CLAIM_SQL`]) and takes the
+/// The first statement of a claim ([`claim`]): sets, for the transaction
+/// only, `plan_cache_mode = force_custom_plan` (see [`CLAIM_SQL`]),
+/// `lock_timeout = 2s` and `idle_in_transaction_session_timeout = 10s` (see
+/// below), and takes the
 /// per-endpoint locks, without waiting, of at most `$1` endpoints that have
 /// a due, unleased delivery, are not throttled and have a free slot under
 /// the bound `$2` (counted before the lock, so possibly stale; the claim
@@ -81,6 +83,18 @@ impl Claimed {
 /// because the claim must run in a snapshot taken after the locks are held
 /// (READ COMMITTED takes one per statement), so it sees every lease of the
 /// previous holder.
+///
+/// **How long locks can be held.** While a transaction holds an endpoint's
+/// lock, every other replica skips that endpoint, so a stall must not last.
+/// Both leasing statements set, for their transaction only,
+/// `idle_in_transaction_session_timeout = 10s`: it ends the session of a
+/// replica that stopped between its statements (a host gone mid-transaction
+/// would otherwise hold the locks until TCP keepalive notices, hours by
+/// default). The claim also sets `lock_timeout = 2s`: it ends a claim whose
+/// `UPDATE` waits on a row lock (e.g. a session idle in a transaction that
+/// touched those rows). Both roll back, which frees the locks; the
+/// scheduler logs the failed claim and claims again. A healthy leasing
+/// transaction is a few round trips (milliseconds), far inside both.
 const LOCK_SQL: &str = concat!(
     r#"
 WITH RECURSIVE pending_endpoints(endpoint_id) AS (
@@ -106,6 +120,8 @@ due_endpoints AS MATERIALIZED (
     ORDER BY o.oldest, p.endpoint_id
 )
 SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode,
+       set_config('lock_timeout', '2s', true) AS lock_timeout,
+       set_config('idle_in_transaction_session_timeout', '10s', true) AS idle_timeout,
        ARRAY(SELECT u.endpoint_id FROM due_endpoints u WHERE "#,
     try_lock_endpoint!("u.endpoint_id"),
     r#" LIMIT $1) AS locked
@@ -226,6 +242,12 @@ struct Locked {
     #[diesel(sql_type = Text)]
     #[allow(dead_code)]
     plan_cache_mode: String,
+    #[diesel(sql_type = Text)]
+    #[allow(dead_code)]
+    lock_timeout: String,
+    #[diesel(sql_type = Text)]
+    #[allow(dead_code)]
+    idle_timeout: String,
     #[diesel(sql_type = Array<Text>)]
     locked: Vec<String>,
 }
@@ -238,7 +260,9 @@ struct Locked {
 /// (counted before the lock; the insert counts again under it). As in
 /// [`LOCK_SQL`], the lock is tried on the materialized rows only, up to the
 /// `LIMIT`, so at most `$2` locks are held however many endpoints a batch
-/// reaches.
+/// reaches. Sets `idle_in_transaction_session_timeout` for the transaction
+/// (see [`LOCK_SQL`]); no `lock_timeout`, so a fan-in still waits for a
+/// concurrent insert of the same delivery (`ON CONFLICT`) to commit.
 const FAN_IN_LOCK_SQL: &str = concat!(
     r#"
 WITH wanted AS MATERIALIZED (
@@ -254,7 +278,8 @@ WITH wanted AS MATERIALIZED (
                    AND f.locked_until IS NOT NULL AND f.locked_until >= now())
     ORDER BY u.ord
 )
-SELECT ARRAY(SELECT w.id FROM wanted w WHERE "#,
+SELECT set_config('idle_in_transaction_session_timeout', '10s', true) AS idle_timeout,
+       ARRAY(SELECT w.id FROM wanted w WHERE "#,
     try_lock_endpoint!("w.id"),
     r#" LIMIT $2) AS locked
 "#
@@ -274,6 +299,9 @@ pub(crate) async fn try_lock_for_fan_in(
 ) -> QueryResult<Vec<String>> {
     #[derive(QueryableByName)]
     struct Row {
+        #[diesel(sql_type = Text)]
+        #[allow(dead_code)]
+        idle_timeout: String,
         #[diesel(sql_type = Array<Text>)]
         locked: Vec<String>,
     }
@@ -300,7 +328,8 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// at that moment, then [`CLAIM_SQL`] leases among those endpoints only.
 /// Replicas serving different endpoints never wait for each other, and no
 /// claim waits for another's advisory lock (its `UPDATE` may still wait on
-/// a row lock, e.g. behind an endpoint being disabled). Endpoints that answered 429/503 are skipped
+/// a row lock, e.g. behind an endpoint being disabled, for at most
+/// 2 s, [`LOCK_SQL`]: then it fails and is retried). Endpoints that answered 429/503 are skipped
 /// until their `throttled_until`, and afterwards get only their
 /// `concurrency_limit` slots (halved by the 429/503, one more per recorded
 /// success; see [`crate::outcome::record`]) instead of `per_endpoint`. Only
@@ -394,6 +423,15 @@ mod tests {
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
         }
+    }
+
+    /// Both leasing statements bound how long their locks can be held.
+    #[test]
+    fn leasing_statements_bound_how_long_locks_are_held() {
+        let idle = "set_config('idle_in_transaction_session_timeout', '10s', true)";
+        assert!(LOCK_SQL.contains(idle) && FAN_IN_LOCK_SQL.contains(idle));
+        assert!(LOCK_SQL.contains("set_config('lock_timeout', '2s', true)"));
+        assert!(!FAN_IN_LOCK_SQL.contains("lock_timeout'"), "the fan-in waits for a concurrent insert of the same row");
     }
 
     /// The macro's literal lock class is [`ENDPOINT_LOCK_CLASS`].

@@ -61,7 +61,11 @@
 //! advisory lock ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting:
 //! a claim or fan-in skips an endpoint another one is leasing at that
 //! moment, so the per-endpoint bound stays exact across replicas and no
-//! leasing statement ever waits for another. The fan-in reads the
+//! leasing statement waits for another's endpoint lock (a claim's `UPDATE`
+//! may wait on a row lock, for at most its `lock_timeout` of 2 s, and a
+//! fan-in's insert on a concurrent insert of the same delivery; a leasing
+//! transaction idle for 10 s is ended, so a stalled replica frees its
+//! locks: see `lease::LOCK_SQL`). The fan-in reads the
 //! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
 //! (issue 24), shared with the reconciliation ([`reconcile`]).
 

@@ -53,9 +53,14 @@ pub async fn retry(
 /// `failing_since`, `throttled_until`, `concurrency_limit`); an enabled one
 /// is left as it is (so `:enable` cannot skip a receiver's `Retry-After`).
 /// Either way every `paused` delivery of the endpoint becomes `pending`, due
-/// now, unleased: the backlog kept while it was disabled (or one fanned in
-/// while an enable was committing) is delivered. Returns how many
-/// deliveries were resumed. The caller checks that the endpoint exists and
+/// now: the backlog kept while it was disabled (or one fanned in while an
+/// enable was committing) is delivered. A paused delivery whose lease is
+/// still live keeps it: its attempt may still be running (disabling pauses
+/// in-flight deliveries too), so it stays in flight, counted against the
+/// endpoint's bound, until its holder records the outcome with its token or
+/// the lease expires; clearing it would let a claim send it a second time
+/// at once and go past the bound. Unleased ones, and those whose lease has
+/// expired, become claimable. Returns how many deliveries were resumed. The caller checks that the endpoint exists and
 /// is not deleted.
 pub async fn enable(conn: &mut AsyncPgConnection, tenant: &TenantId, endpoint: &EndpointId) -> QueryResult<usize> {
     conn.transaction(|conn| {
@@ -76,20 +81,27 @@ pub async fn enable(conn: &mut AsyncPgConnection, tenant: &TenantId, endpoint: &
             ))
             .execute(conn)
             .await?;
-            diesel::update(
+            let paused = || {
                 dl::table
                     .filter(dl::endpoint_id.eq(endpoint))
                     .filter(dl::tenant_id.eq(tenant))
-                    .filter(dl::status.eq(DeliveryStatus::Paused)),
-            )
-            .set((
-                dl::status.eq(DeliveryStatus::Pending),
-                dl::next_attempt_at.eq(now),
-                dl::locked_until.eq(None::<DateTime<Utc>>),
-                dl::updated_at.eq(now),
-            ))
-            .execute(conn)
-            .await
+                    .filter(dl::status.eq(DeliveryStatus::Paused))
+            };
+            // In flight: the lease (the holder's token) stays.
+            let in_flight = diesel::update(paused().filter(dl::locked_until.ge(now)))
+                .set((dl::status.eq(DeliveryStatus::Pending), dl::next_attempt_at.eq(now), dl::updated_at.eq(now)))
+                .execute(conn)
+                .await?;
+            let at_rest = diesel::update(paused())
+                .set((
+                    dl::status.eq(DeliveryStatus::Pending),
+                    dl::next_attempt_at.eq(now),
+                    dl::locked_until.eq(None::<DateTime<Utc>>),
+                    dl::updated_at.eq(now),
+                ))
+                .execute(conn)
+                .await?;
+            Ok(in_flight + at_rest)
         }
         .scope_boxed()
     })

@@ -28,6 +28,12 @@ pub struct Dispatcher {
     health_addr: SocketAddr,
 }
 
+/// The largest `dispatcher.batch_size` [`Dispatcher::build`] accepts: a
+/// claim and a fan-in each take up to that many per-endpoint advisory locks
+/// (`vid_deliveries::lease::ENDPOINT_LOCK_CLASS`), which live in
+/// PostgreSQL's shared lock table.
+pub const MAX_BATCH_SIZE: u32 = 512;
+
 impl Dispatcher {
     /// Checks the settings and binds `dispatcher.health_listen` (port 0 picks
     /// a free one). Nothing else is contacted yet.
@@ -36,11 +42,21 @@ impl Dispatcher {
     /// ([`vid_netguard::SystemResolver`] in production; tests inject one).
     ///
     /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
-    /// an empty retry schedule, an unbindable address.
+    /// an empty retry schedule, a `batch_size` of 0 or above
+    /// [`MAX_BATCH_SIZE`], an unbindable address.
     pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
         SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
         anyhow::ensure!(!settings.dispatcher.retry_schedule_seconds.is_empty(), "dispatcher.retry_schedule_seconds is empty");
+        // A claim and a fan-in each hold up to batch_size endpoint locks;
+        // PostgreSQL's shared lock table (max_locks_per_transaction ×
+        // (max_connections + max_prepared_transactions): 6,400 by default) is
+        // shared by every replica and every other session of the server.
+        anyhow::ensure!(
+            (1..=MAX_BATCH_SIZE).contains(&settings.dispatcher.batch_size),
+            "dispatcher.batch_size must be 1 to {MAX_BATCH_SIZE} (each claim holds up to that many locks in PostgreSQL), not {}",
+            settings.dispatcher.batch_size
+        );
         settings.amqp.check()?;
         settings.database.url.expose_secret().parse::<url::Url>().map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
         let health = std::net::TcpListener::bind(&settings.dispatcher.health_listen)

@@ -205,22 +205,15 @@ async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff:
     let ids: Vec<vid_core::EventId> = messages.iter().map(|m| m.event.id.clone()).collect();
     let mut conn = db.get().await?;
     let mut permits = Vec::new();
-    let (done, leased) = conn
-        .transaction::<_, diesel::result::Error, _>(|conn| {
-            let permits = &mut permits;
-            async move {
-                store::fanin::fan_in_leasing(conn, &ids, |pending| {
-                    if !handoff.leases_at_fanin() {
-                        return None;
-                    }
-                    *permits = handoff.reserve(pending);
-                    Some(handoff.lease(permits.len()))
-                })
-                .await
-            }
-            .scope_boxed()
-        })
-        .await?;
+    // Its own transaction: the insert and its leases commit together.
+    let (done, leased) = store::fanin::fan_in_leasing(&mut conn, &ids, |pending| {
+        if !handoff.leases_at_fanin() {
+            return None;
+        }
+        permits = handoff.reserve(pending);
+        Some(handoff.lease(permits.len()))
+    })
+    .await?;
     permits.truncate(leased.len());
     Ok((done.deliveries, Leased(leased, permits)))
 }

@@ -52,7 +52,9 @@ pub struct DispatcherSettings {
     pub max_response_body_bytes: usize,
     /// At most this many attempts to one endpoint run at once, across every replica.
     pub per_endpoint_concurrency: u32,
-    /// At most this many deliveries are claimed per scheduler round.
+    /// At most this many deliveries are claimed per scheduler round (and
+    /// leased per fan-in), 1 to 512 (`app::MAX_BATCH_SIZE`: each claim holds
+    /// up to this many endpoint locks in PostgreSQL).
     pub batch_size: u32,
     /// How often the scheduler looks for due deliveries when nothing woke it, in ms.
     pub idle_poll_ms: u64,

@@ -626,8 +626,9 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
 /// Per-endpoint locks (issue 22): while another transaction holds endpoint
 /// A's lock (as a claim or fan-in of another replica does while it leases
 /// A), a claim skips A without waiting and still claims B's delivery; the
-/// fan-in leases B's new delivery and inserts A's unleased. Once the lock
-/// is gone, A's deliveries are claimed.
+/// fan-in, with A free of any backlog (so only the lock keeps it from
+/// leasing A), leases B's new delivery and inserts A's unleased. Once the
+/// lock is gone, A's new delivery is claimed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     use diesel_async::scoped_futures::ScopedFutureExt;
@@ -659,6 +660,13 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     let guard = Duration::from_secs(30);
     let claimed = tokio::time::timeout(guard, store::claim(&mut conn, 8, 1, 60_000)).await.expect("the claim waited").unwrap();
     assert_eq!(claimed.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "A is skipped, B is claimed");
+    // A's old delivery settles: A has a free slot and nothing due, so the
+    // fan-in would lease A's next delivery but for the lock.
+    diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())))
+        .set((dl::status.eq("succeeded"), dl::next_attempt_at.eq(None::<chrono::DateTime<Utc>>)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
 
     let (event_2, _) = w.record_event().await;
     let (fanned, leased) = tokio::time::timeout(
@@ -676,15 +684,96 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     .unwrap();
     assert_eq!(fanned.deliveries, 2);
     assert_eq!(leased.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "only B's new delivery is leased");
-    let unleased: Vec<(String, Option<chrono::DateTime<Utc>>)> =
-        dl::table.filter(dl::endpoint_id.eq(a.as_str())).select((dl::status, dl::locked_until)).load(&mut conn).await.unwrap();
-    assert_eq!(unleased.len(), 2);
-    assert!(unleased.iter().all(|(s, l)| s == "pending" && l.is_none()), "A's deliveries wait, unleased: {unleased:?}");
+    let unleased: Vec<(String, Option<chrono::DateTime<Utc>>)> = dl::table
+        .filter(dl::endpoint_id.eq(a.as_str()))
+        .filter(dl::event_id.eq(event_2.as_str()))
+        .select((dl::status, dl::locked_until))
+        .load(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(unleased.len(), 1);
+    assert!(unleased.iter().all(|(s, l)| s == "pending" && l.is_none()), "A's new delivery waits, unleased: {unleased:?}");
 
     diesel::sql_query("COMMIT").execute(&mut holder).await.unwrap();
     let claimed = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
-    assert_eq!(claimed.len(), 2, "with the lock gone both of A's deliveries are claimed");
-    assert!(claimed.iter().all(|c| c.endpoint_id == a));
+    assert_eq!(
+        claimed.iter().map(|c| (&c.endpoint_id, &c.event_id)).collect::<Vec<_>>(),
+        vec![(&a, &event_2)],
+        "with the lock gone A's new delivery is claimed"
+    );
+}
+
+/// A leasing transaction's endpoint locks last until its commit (issue 22
+/// review): a claim, or a fan-in, inside a transaction that has not yet
+/// committed keeps another replica from leasing the same endpoint, which
+/// cannot see the uncommitted leases and would otherwise go past the bound.
+/// Both are run as savepoints of an open transaction, as a caller's
+/// transaction would hold them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    for _ in 0..4 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 1);
+    }
+    let (mut one, mut two) = (w.conn().await, w.conn().await);
+    let bound = 2;
+    // Claim against claim: replica one's claim of 2 (A's bound) is not
+    // committed yet while replica two claims.
+    let (mine, theirs) = one
+        .transaction::<_, diesel::result::Error, _>(|one| {
+            let two = &mut two;
+            async move {
+                let mine = store::claim(one, bound, 10, 60_000).await?;
+                let theirs = store::claim(two, bound, 10, 60_000).await?;
+                Ok((mine, theirs))
+            }
+            .scope_boxed()
+        })
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 2, "replica one leases up to the bound");
+    assert!(theirs.is_empty(), "replica two leased {} more of A while one had not committed", theirs.len());
+    assert!(store::claim(&mut two, bound, 10, 60_000).await.unwrap().is_empty(), "after the commit A is at its bound");
+
+    // Fan-in against fan-in: A has one slot left (one lease given back) and
+    // nothing due; each replica fans in a new event for A.
+    assert_eq!(store::release(&mut one, &[(mine[0].id.clone(), mine[0].locked_until)]).await.unwrap(), 1);
+    diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())).filter(dl::locked_until.is_null()))
+        .set((dl::status.eq("succeeded"), dl::next_attempt_at.eq(None::<chrono::DateTime<Utc>>)))
+        .execute(&mut one)
+        .await
+        .unwrap();
+    let (e1, _) = w.record_event().await;
+    let (e2, _) = w.record_event().await;
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000 });
+    let (mine, theirs) = one
+        .transaction::<_, diesel::result::Error, _>(|one| {
+            let two = &mut two;
+            async move {
+                let mine = store::fan_in_leasing(one, std::slice::from_ref(&e1), lease).await?.1;
+                let theirs = store::fan_in_leasing(two, std::slice::from_ref(&e2), lease).await?.1;
+                Ok((mine, theirs))
+            }
+            .scope_boxed()
+        })
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 1, "replica one leases A's last slot");
+    assert!(theirs.is_empty(), "replica two leased past the bound while one had not committed");
+    let in_flight: i64 = dl::table
+        .filter(dl::endpoint_id.eq(a.as_str()))
+        .filter(dl::status.eq("pending"))
+        .filter(dl::locked_until.is_not_null())
+        .count()
+        .get_result(&mut two)
+        .await
+        .unwrap();
+    assert_eq!(in_flight, i64::from(bound), "exactly the bound in flight");
 }
 
 /// An endpoint at its bound whose backlog is the oldest takes no place of
@@ -712,4 +801,69 @@ async fn a_full_endpoint_with_the_oldest_backlog_does_not_crowd_out_others() {
     let second = store::claim(&mut conn, 1, 1, 60_000).await.unwrap();
     assert_eq!(second.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&other], "the full endpoint is passed over");
     assert!(store::claim(&mut conn, 1, 1, 60_000).await.unwrap().is_empty(), "both at their bound");
+}
+
+/// Disabling pauses the endpoint's in-flight deliveries too; `:enable`
+/// while their attempts still run must not clear their leases (issue 22
+/// review, found by a reviewer): otherwise a claim sends each one a second
+/// time at once and the endpoint has twice its bound in flight. The
+/// holders' records still land with their tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabling_while_attempts_run_keeps_their_leases() {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    for _ in 0..4 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 1);
+    }
+    let mut conn = w.conn().await;
+    let bound = 2;
+    let running = store::claim(&mut conn, bound, 10, 60_000).await.unwrap();
+    assert_eq!(running.len(), 2);
+    let (t, e) = (w.tenant.clone(), a.clone());
+    conn.transaction(|c| async move { store::disable(c, &t, &e, "test").await }.scope_boxed()).await.unwrap();
+    assert_eq!(vid_deliveries::manual::enable(&mut conn, &w.tenant, &a).await.unwrap(), 4, "all four resumed");
+
+    let again = store::claim(&mut conn, bound, 10, 60_000).await.unwrap();
+    let running_ids: Vec<_> = running.iter().map(|c| &c.id).collect();
+    assert!(again.iter().all(|c| !running_ids.contains(&&c.id)), "a delivery still in flight was leased again: {again:?}");
+    assert!(again.is_empty(), "A is at its bound with its two attempts running: {again:?}");
+
+    let ok = store::AttemptRecord {
+        started_at: Utc::now(),
+        duration_ms: 1,
+        response_status: Some(200),
+        error_class: None,
+        error_detail: None,
+        response_body: None,
+        success: true,
+        retry_in: None,
+    };
+    let batch: Vec<_> = running.iter().map(|c| (c.clone(), ok.clone())).collect();
+    assert_eq!(store::record_successes(&mut conn, &batch, bound).await.unwrap(), 2, "the holders' tokens still hold");
+    assert_eq!(store::claim(&mut conn, bound, 10, 60_000).await.unwrap().len(), 2, "then the other two are sent");
+}
+
+/// A `batch_size` of 0 or past `MAX_BATCH_SIZE` is refused at start-up,
+/// naming the setting (each claim holds up to that many locks in
+/// PostgreSQL's shared lock table); the largest allowed is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_batch_is_refused_at_start() {
+    let w = World::new(&[]).await;
+    for (size, ok) in
+        [(0, false), (vid_webhook_dispatcher::app::MAX_BATCH_SIZE, true), (vid_webhook_dispatcher::app::MAX_BATCH_SIZE + 1, false)]
+    {
+        let mut settings = w.settings.clone();
+        settings.dispatcher.batch_size = size;
+        match vid_webhook_dispatcher::Dispatcher::build(settings, no_dns()) {
+            Ok(_) => assert!(ok, "batch_size {size} was accepted"),
+            Err(e) => {
+                assert!(!ok, "batch_size {size} was refused: {e:#}");
+                assert!(format!("{e:#}").contains("dispatcher.batch_size must be 1 to 512"), "{e:#}");
+            }
+        }
+    }
 }
