@@ -155,23 +155,47 @@ updated AS (
     WHERE d.id = i.delivery_id AND d.locked_until = i.token
     RETURNING d.endpoint_id
 ),
+stale AS (
+    -- Endpoints whose health this batch changes: failures to reset, a
+    -- lowered concurrency_limit to raise, or a last_success_at more than
+    -- HEALTH_REFRESH old. Locked in id order, so two recorders' batches
+    -- never lock the same endpoints in opposite orders (no deadlock).
+    SELECT e.id FROM webhook_endpoints e
+    WHERE e.id IN (SELECT endpoint_id FROM updated)
+      AND (e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL OR e.concurrency_limit IS NOT NULL
+           OR e.last_success_at IS NULL OR e.last_success_at < now() - interval '1 second')
+    ORDER BY e.id
+    FOR UPDATE
+),
 health AS (
     UPDATE webhook_endpoints e
     SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL,
         concurrency_limit = CASE WHEN e.concurrency_limit IS NULL OR e.concurrency_limit + 1 >= $10 THEN NULL
                                  ELSE e.concurrency_limit + 1 END
-    WHERE e.id IN (SELECT DISTINCT endpoint_id FROM updated)
+    FROM stale WHERE e.id = stale.id
 )
 SELECT count(*) AS updated FROM updated
 "#;
+
+/// How stale `webhook_endpoints.last_success_at` may get while an endpoint
+/// is healthy: [`record_successes`] writes an endpoint's health row only
+/// when the batch changes it (failure counters to reset, a lowered
+/// `concurrency_limit` to raise) or its `last_success_at` is older than
+/// this, not once per batch. At thousands of deliveries a second to one
+/// endpoint, that row was rewritten (and locked, and logged) a few hundred
+/// times a second for a timestamp (issue 22). Written into the SQL (`'1 second'`).
+pub const HEALTH_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records successful attempts in ONE statement (so one round trip and one
 /// commit for a whole batch): their `webhook_attempts` rows, their
 /// deliveries `succeeded` (only where the lease is still the claim token),
 /// and the health of their endpoints reset (`last_success_at`,
 /// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
-/// one higher, back to NULL at `per_endpoint`), exactly what [`record`]
-/// does for one success. Every record must have `success`.
+/// one higher, back to NULL at `per_endpoint`), as [`record`] does for one
+/// success, except that a healthy endpoint's `last_success_at` is only
+/// refreshed once it is [`HEALTH_REFRESH`] old. Endpoint rows are locked in
+/// id order, so concurrent calls cannot deadlock on them. Every record must
+/// have `success`.
 /// Returns how many deliveries were updated; the others had lost their lease
 /// (their attempt row is still written, as [`record`] does).
 pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)], per_endpoint: i32) -> QueryResult<usize> {
@@ -234,6 +258,12 @@ mod tests {
         assert_eq!((d.status, d.next_at), (DeliveryStatus::Paused, Some(now + chrono::Duration::seconds(5))), "disabled meanwhile");
         let d = decide(&attempt(Some(503), None), false, true, now);
         assert_eq!((d.status, d.next_at, d.exhausted), (DeliveryStatus::Failed, None, true));
+    }
+
+    #[test]
+    fn the_health_refresh_in_the_sql_is_the_constant() {
+        let interval = format!("e.last_success_at < now() - interval '{} second'", HEALTH_REFRESH.as_secs());
+        assert!(HEALTH_REFRESH.subsec_nanos() == 0 && RECORD_SUCCESSES_SQL.contains(&interval), "{interval}");
     }
 
     #[test]

@@ -178,7 +178,7 @@ pub async fn run(ctx: Arc<Context>, handoff: Arc<Handoff>, mut shutdown: watch::
     while !*shutdown.borrow() {
         while l.tasks.try_join_next().is_some() {}
         while let Ok(batch) = handed.try_recv() {
-            l.start_handed(batch).await;
+            l.start_handed(batch);
         }
         if last_sweep.is_none_or(|t| t.elapsed() >= EXPIRED_LEASE_SWEEP) {
             last_sweep = Some(tokio::time::Instant::now());
@@ -190,7 +190,7 @@ pub async fn run(ctx: Arc<Context>, handoff: Arc<Handoff>, mut shutdown: watch::
         }
         tokio::select! {
             _ = ctx.wake.notified() => {}
-            Some(batch) = handed.recv() => l.start_handed(batch).await,
+            Some(batch) = handed.recv() => l.start_handed(batch),
             _ = tokio::time::sleep(s.idle_poll()) => {}
             _ = shutdown.changed() => {}
         }
@@ -202,8 +202,8 @@ pub async fn run(ctx: Arc<Context>, handoff: Arc<Handoff>, mut shutdown: watch::
 }
 
 impl Loop {
-    /// Claims up to `free` deliveries and starts their attempts (or settles
-    /// or postpones them). Returns whether it claimed all `free`.
+    /// Claims up to `free` deliveries and starts them ([`Loop::start_handed`]).
+    /// Returns whether it claimed all `free`.
     async fn claim_and_start(&mut self, free: usize, lease_ms: i64) -> bool {
         // The slots first: the fan-in takes slots too ([`Handoff::reserve`]).
         let mut permits: Vec<OwnedSemaphorePermit> =
@@ -212,76 +212,42 @@ impl Loop {
         if free == 0 {
             return false;
         }
-        let batch = match claim_batch(&self.ctx, free, lease_ms).await {
-            Ok(batch) => batch,
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed");
-                return false;
+        let claimed = {
+            let claimed = async {
+                let mut conn = self.ctx.db.get().await?;
+                anyhow::Ok(store::claim(&mut conn, per_endpoint(&self.ctx), i32::try_from(free).unwrap_or(i32::MAX), lease_ms).await?)
+            };
+            match claimed.await {
+                Ok(claimed) => claimed,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed");
+                    return false;
+                }
             }
         };
-        let claimed_all = batch.len() == free;
+        let claimed_all = claimed.len() == free;
         {
             let mut l = self.leases.lock().unwrap();
-            for (c, _) in &batch {
+            for c in &claimed {
                 l.held.insert(c.id.clone(), c.locked_until);
             }
         }
-        for (c, target) in batch {
-            let permit = permits.pop().expect("claimed no more than the slots taken");
-            self.start_or_settle(c, target, permit).await;
-        }
+        permits.truncate(claimed.len()); // the slots not needed are free again at once
+        self.start_handed(claimed.into_iter().zip(permits).collect());
         claimed_all
     }
 
-    /// Starts the deliveries the fan-in leased ([`Handoff::hand_over`]);
-    /// their endpoints are loaded as for a claim ([`targets`]). If that
-    /// fails the leases are given back at once.
-    async fn start_handed(&mut self, handed: Handed) {
-        let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
-        match targets(&self.ctx, claimed).await {
-            Ok(batch) => {
-                for ((c, target), permit) in batch.into_iter().zip(permits) {
-                    self.start_or_settle(c, target, permit).await;
-                }
-            }
-            Err((e, claimed)) => {
-                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of fanned-in deliveries failed; releasing them");
-                let mut l = self.leases.lock().unwrap();
-                for c in &claimed {
-                    l.held.remove(&c.id);
-                }
-            }
+    /// Starts leased deliveries (claimed, or leased by the fan-in:
+    /// [`Handoff::hand_over`]), already in the lease book, in a task of
+    /// their own ([`run_batch`]), so the loop goes on claiming while their
+    /// endpoints load and their attempts run: a fanned-in batch never waits
+    /// behind a claim, nor a claim behind a batch's endpoint load.
+    fn start_handed(&mut self, handed: Handed) {
+        if handed.is_empty() {
+            return;
         }
-    }
-
-    /// One claimed delivery: its attempt starts, or it is settled or postponed.
-    async fn start_or_settle(&mut self, c: Claimed, target: Target, permit: OwnedSemaphorePermit) {
-        match target {
-            Target::Send(ready) => self.start(c, ready, permit),
-            Target::Settle(status) => {
-                settle(&self.ctx, &c, status).await;
-                self.leases.lock().unwrap().held.remove(&c.id);
-            }
-            Target::Broken(e) => {
-                tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
-                if let Ok(mut conn) = self.ctx.db.get().await {
-                    let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
-                }
-                self.leases.lock().unwrap().held.remove(&c.id);
-            }
-        }
-    }
-
-    /// Runs one attempt as its own task, holding its in-process slot
-    /// (`permit`) until its outcome is recorded.
-    fn start(&mut self, c: Claimed, ready: Arc<Ready>, permit: OwnedSemaphorePermit) {
-        let ctx = self.ctx.clone();
-        let done_tx = self.done_tx.clone();
-        self.tasks.spawn(async move {
-            let record = attempt(&ctx, &c, &ready).await;
-            // The recorder outlives every attempt task (see `drain`).
-            let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
-        });
+        let (ctx, leases, done_tx) = (self.ctx.clone(), self.leases.clone(), self.done_tx.clone());
+        self.tasks.spawn(run_batch(ctx, leases, done_tx, handed));
     }
 
     /// Shutdown: gives in-flight attempts `shutdown_grace_seconds`, aborts
@@ -331,14 +297,51 @@ async fn release_expired(ctx: &Context) {
     }
 }
 
-/// Claims up to `limit` due deliveries, then loads their endpoints (one
-/// query) and opens each endpoint's secrets once.
-async fn claim_batch(ctx: &Context, limit: usize, lease_ms: i64) -> anyhow::Result<Vec<(Claimed, Target)>> {
-    let claimed = {
-        let mut conn = ctx.db.get().await?;
-        store::claim(&mut conn, per_endpoint(ctx), i32::try_from(limit).unwrap_or(i32::MAX), lease_ms).await?
+/// One batch of leased deliveries, in its own task: loads their endpoints
+/// ([`targets`]: one query, secrets opened once per endpoint), then starts
+/// each attempt as a task of its own holding its in-process slot until its
+/// outcome is recorded, or settles or postpones the delivery; ends when all
+/// its attempts have. Aborting it (the drain's grace is over) aborts its
+/// attempts. If the endpoints cannot be loaded, the leases were given back
+/// ([`targets`]) and leave the lease book.
+async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSender<Done>, handed: Handed) {
+    let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
+    let batch = match targets(&ctx, claimed).await {
+        Ok(batch) => batch,
+        Err((e, claimed)) => {
+            tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed; released them");
+            let mut l = leases.lock().unwrap();
+            for c in &claimed {
+                l.held.remove(&c.id);
+            }
+            return;
+        }
     };
-    targets(ctx, claimed).await.map_err(|(e, _)| e)
+    let mut attempts = JoinSet::new();
+    for ((c, target), permit) in batch.into_iter().zip(permits) {
+        match target {
+            Target::Send(ready) => {
+                let (ctx, done_tx) = (ctx.clone(), done_tx.clone());
+                attempts.spawn(async move {
+                    let record = attempt(&ctx, &c, &ready).await;
+                    // The recorder outlives every attempt task (see `drain`).
+                    let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
+                });
+            }
+            Target::Settle(status) => {
+                settle(&ctx, &c, status).await;
+                leases.lock().unwrap().held.remove(&c.id);
+            }
+            Target::Broken(e) => {
+                tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
+                if let Ok(mut conn) = ctx.db.get().await {
+                    let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
+                }
+                leases.lock().unwrap().held.remove(&c.id);
+            }
+        }
+    }
+    while attempts.join_next().await.is_some() {}
 }
 
 /// Loads the endpoints of leased deliveries (one query) and opens each
