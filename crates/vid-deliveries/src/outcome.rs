@@ -158,14 +158,16 @@ updated AS (
 stale AS (
     -- Endpoints whose health this batch changes: failures to reset, a
     -- lowered concurrency_limit to raise, or a last_success_at more than
-    -- HEALTH_REFRESH old. Locked in id order, so two recorders' batches
-    -- never lock the same endpoints in opposite orders (no deadlock).
+    -- HEALTH_REFRESH old. Locked in id order, so two batches of successes
+    -- never lock the same endpoints in opposite orders (no deadlock between
+    -- them); NO KEY UPDATE, as an UPDATE's own lock, so a fan-in's foreign
+    -- key check (KEY SHARE) on the endpoint never waits for it.
     SELECT e.id FROM webhook_endpoints e
     WHERE e.id IN (SELECT endpoint_id FROM updated)
       AND (e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL OR e.concurrency_limit IS NOT NULL
            OR e.last_success_at IS NULL OR e.last_success_at < now() - interval '1 second')
     ORDER BY e.id
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ),
 health AS (
     UPDATE webhook_endpoints e
@@ -193,9 +195,14 @@ pub const HEALTH_REFRESH: std::time::Duration = std::time::Duration::from_secs(1
 /// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
 /// one higher, back to NULL at `per_endpoint`), as [`record`] does for one
 /// success, except that a healthy endpoint's `last_success_at` is only
-/// refreshed once it is [`HEALTH_REFRESH`] old. Endpoint rows are locked in
-/// id order, so concurrent calls cannot deadlock on them. Every record must
-/// have `success`.
+/// refreshed once it is [`HEALTH_REFRESH`] old. Which endpoints need a
+/// write is read in the statement's snapshot: a failure or 429 recorded
+/// concurrently and committed after it is left standing (as if it came
+/// after the successes; the next batch resets it). Endpoint rows are locked
+/// in id order, so concurrent calls cannot deadlock with each other (a
+/// failure's transaction locks the endpoint before its deliveries and can
+/// still meet one in a deadlock: PostgreSQL ends one, and the recorder
+/// retries it; both writes are idempotent). Every record must have `success`.
 /// Returns how many deliveries were updated; the others had lost their lease
 /// (their attempt row is still written, as [`record`] does).
 pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)], per_endpoint: i32) -> QueryResult<usize> {

@@ -867,3 +867,71 @@ async fn an_oversized_batch_is_refused_at_start() {
         }
     }
 }
+
+/// Issue 22: a batch of successes writes an endpoint's health row only when
+/// it changes something (failures to reset, a lowered `concurrency_limit`
+/// to raise) or `last_success_at` is over `HEALTH_REFRESH` old; every
+/// batch still resets failures and raises the limit by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recorded_successes_write_health_only_when_it_changes() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (recovering, _) = w.endpoint("http://127.0.0.1:9/never-called").await;
+    let (healthy, _) = w.endpoint("http://127.0.0.1:9/never-called").await;
+    for _ in 0..3 {
+        let (_, payload) = w.publish().await;
+        assert_eq!(w.fan_in(&payload).await, 2);
+    }
+    let mut conn = w.conn().await;
+    let claimed = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 6);
+    // Then the recovering endpoint's state after a run of failures and a 429.
+    diesel::update(ep::table.filter(ep::id.eq(&recovering)))
+        .set((ep::consecutive_failures.eq(3), ep::failing_since.eq(Some(Utc::now())), ep::concurrency_limit.eq(Some(2))))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let of = |e: &vid_core::EndpointId| claimed.iter().filter(|c| &c.endpoint_id == e).cloned().collect::<Vec<_>>();
+    let (r, h) = (of(&recovering), of(&healthy));
+    let ok = store::AttemptRecord {
+        started_at: Utc::now(),
+        duration_ms: 1,
+        response_status: Some(200),
+        error_class: None,
+        error_detail: None,
+        response_body: None,
+        success: true,
+        retry_in: None,
+    };
+    type Health = (i32, Option<chrono::DateTime<Utc>>, Option<i32>, Option<chrono::DateTime<Utc>>);
+    async fn health(conn: &mut diesel_async::AsyncPgConnection, id: &vid_core::EndpointId) -> Health {
+        ep::table
+            .filter(ep::id.eq(id))
+            .select((ep::consecutive_failures, ep::failing_since, ep::concurrency_limit, ep::last_success_at))
+            .first(conn)
+            .await
+            .unwrap()
+    }
+    let record = |batch: Vec<store::Claimed>| batch.into_iter().map(|c| (c, ok.clone())).collect::<Vec<_>>();
+
+    assert_eq!(store::record_successes(&mut conn, &record(vec![r[0].clone(), h[0].clone()]), 8).await.unwrap(), 2);
+    let (failures, since, limit, first_r) = health(&mut conn, &recovering).await;
+    assert_eq!((failures, since, limit), (0, None, Some(3)), "failures reset, the limit one higher");
+    let first_h = health(&mut conn, &healthy).await.3.expect("the first success is stamped");
+    assert!(first_r.is_some());
+
+    // Within HEALTH_REFRESH: the recovering endpoint still changes (its limit
+    // rises again), the healthy one is not rewritten for a timestamp.
+    assert_eq!(store::record_successes(&mut conn, &record(vec![h[1].clone(), r[1].clone()]), 8).await.unwrap(), 2);
+    let (_, _, limit, second_r) = health(&mut conn, &recovering).await;
+    assert_eq!(limit, Some(4), "every batch raises a lowered limit");
+    assert!(second_r > first_r, "a changed row gets a fresh last_success_at");
+    assert_eq!(health(&mut conn, &healthy).await.3, Some(first_h), "an unchanged healthy row is left alone");
+
+    // Once last_success_at is older than HEALTH_REFRESH, the next success refreshes it.
+    let old = Utc::now() - chrono::Duration::from_std(store::outcome::HEALTH_REFRESH).unwrap() - chrono::Duration::milliseconds(100);
+    diesel::update(ep::table.filter(ep::id.eq(&healthy))).set(ep::last_success_at.eq(Some(old))).execute(&mut conn).await.unwrap();
+    assert_eq!(store::record_successes(&mut conn, &record(vec![h[2].clone()]), 8).await.unwrap(), 1);
+    let refreshed = health(&mut conn, &healthy).await.3.unwrap();
+    assert!(refreshed > old + chrono::Duration::milliseconds(50), "refreshed once stale: {refreshed} vs {old}");
+}

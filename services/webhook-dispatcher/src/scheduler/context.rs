@@ -36,6 +36,17 @@ pub(super) struct LeaseBook {
     pub(super) closed: bool,
 }
 
+impl LeaseBook {
+    /// Forgets the lease `c` holds, only if the book still has that very
+    /// lease (its token): a newer lease of the same delivery, claimed after
+    /// this one expired, stays to be released at shutdown.
+    pub(super) fn forget(&mut self, c: &vid_deliveries::Claimed) {
+        if self.held.get(&c.id) == Some(&c.locked_until) {
+            self.held.remove(&c.id);
+        }
+    }
+}
+
 pub(super) type Leases = Arc<Mutex<LeaseBook>>;
 
 /// `per_endpoint_concurrency` as the database wants it (at least 1).

@@ -254,12 +254,14 @@ impl Loop {
     /// the rest, lets the recorder write what finished, then releases the
     /// leases left in one statement.
     async fn drain(self, recorder: tokio::task::JoinHandle<()>) {
-        let Loop { ctx, leases, done_tx, mut tasks, .. } = self;
+        let Loop { ctx, leases, done_tx, mut tasks, slots } = self;
+        // Slots in use: attempts running or being recorded, and batches still loading their endpoints.
+        let in_use = |slots: &Semaphore| (ctx.settings.max_in_flight.max(1) as usize).saturating_sub(slots.available_permits());
         let grace = Duration::from_secs(ctx.settings.shutdown_grace_seconds);
-        tracing::info!(in_flight = tasks.len(), grace_s = grace.as_secs(), "scheduler stopping; draining in-flight attempts");
+        tracing::info!(in_flight = in_use(&slots), grace_s = grace.as_secs(), "scheduler stopping; draining in-flight attempts");
         let drained = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
-            tracing::warn!(aborted = tasks.len(), "grace period over; aborting the attempts still in flight");
+            tracing::warn!(aborted = in_use(&slots), "grace period over; aborting the attempts still in flight");
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
         }
@@ -308,11 +310,16 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
     let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
     let batch = match targets(&ctx, claimed).await {
         Ok(batch) => batch,
-        Err((e, claimed)) => {
-            tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed; released them");
-            let mut l = leases.lock().unwrap();
-            for c in &claimed {
-                l.held.remove(&c.id);
+        Err((e, claimed, released)) => {
+            if released {
+                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed; released them");
+                let mut l = leases.lock().unwrap();
+                for c in &claimed {
+                    l.forget(c);
+                }
+            } else {
+                // Kept in the lease book: the drain releases them, or they expire.
+                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed, and releasing them too");
             }
             return;
         }
@@ -330,14 +337,14 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
             }
             Target::Settle(status) => {
                 settle(&ctx, &c, status).await;
-                leases.lock().unwrap().held.remove(&c.id);
+                leases.lock().unwrap().forget(&c);
             }
             Target::Broken(e) => {
                 tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
                 if let Ok(mut conn) = ctx.db.get().await {
                     let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
                 }
-                leases.lock().unwrap().held.remove(&c.id);
+                leases.lock().unwrap().forget(&c);
             }
         }
     }
@@ -346,8 +353,10 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
 
 /// Loads the endpoints of leased deliveries (one query) and opens each
 /// endpoint's secrets once. If the load fails, the leases are given back
-/// (rather than held until they expire) and returned with the error.
-async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, Target)>, (anyhow::Error, Vec<Claimed>)> {
+/// (rather than held until they expire), on a connection of their own if
+/// the load could not get one; returned with the error and whether the
+/// release landed.
+async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, Target)>, (anyhow::Error, Vec<Claimed>, bool)> {
     if claimed.is_empty() {
         return Ok(Vec::new());
     }
@@ -356,19 +365,21 @@ async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, T
     ids.dedup();
     let loaded = async {
         let mut conn = ctx.db.get().await?;
-        match store::load_endpoints(&mut conn, &ids).await {
-            Ok(e) => Ok(e),
-            Err(e) => {
-                let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
-                let _ = store::release(&mut conn, &leases).await;
-                Err(anyhow::Error::from(e))
-            }
-        }
+        anyhow::Ok(store::load_endpoints(&mut conn, &ids).await?)
     }
     .await;
     let endpoints = match loaded {
         Ok(e) => e,
-        Err(e) => return Err((e, claimed)),
+        Err(e) => {
+            let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
+            let released = async {
+                let mut conn = ctx.db.get().await?;
+                anyhow::Ok(store::release(&mut conn, &leases).await?)
+            }
+            .await
+            .is_ok();
+            return Err((e, claimed, released));
+        }
     };
     let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
     for e in endpoints {

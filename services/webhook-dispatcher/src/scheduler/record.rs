@@ -40,7 +40,8 @@ pub(super) struct Done {
 /// finished while the previous statement runs waits for all of it (its
 /// round trips and its commit) before its own starts, and those attempts
 /// hold their endpoint's slots meanwhile; the statements lock endpoint rows
-/// in id order, so two cannot deadlock ([`store::record_successes`]).
+/// in id order, so two cannot deadlock with each other
+/// ([`store::record_successes`]).
 const RECORD_WRITERS: usize = 2;
 
 /// Writes finished attempts as the module docs say. Ends when every sender
@@ -66,7 +67,7 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
             let (ctx, leases) = (ctx.clone(), leases.clone());
             failures.spawn(async move {
                 record_failure(&ctx, &d.claimed, &d.record).await;
-                leases.lock().unwrap().held.remove(&d.claimed.id);
+                leases.lock().unwrap().forget(&d.claimed);
                 drop(d);
                 ctx.wake.notify_one();
             });
@@ -78,7 +79,7 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
                 {
                     let mut l = leases.lock().unwrap();
                     for d in &ok {
-                        l.held.remove(&d.claimed.id);
+                        l.forget(&d.claimed);
                     }
                 }
                 drop(ok); // frees the slots
