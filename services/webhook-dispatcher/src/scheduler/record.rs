@@ -2,7 +2,7 @@
 //! with the next attempt's delay) and the recorder task that writes them.
 //!
 //! Successes are written in batches, one statement each
-//! ([`store::record_successes`]), up to two batches at once; failures one transaction each
+//! ([`store::record_successes`]); failures one transaction each
 //! ([`store::record`], which also runs the disabling rules), concurrently,
 //! so a failing endpoint's bookkeeping never queues anyone's successes.
 //! Every write is retried with backoff until the lease would run out; one
@@ -36,24 +36,13 @@ pub(super) struct Done {
     pub(super) _permit: OwnedSemaphorePermit,
 }
 
-/// How many batches of successes are written at once. With one, a batch
-/// finished while the previous statement runs waits for all of it (its
-/// round trips and its commit) before its own starts, and those attempts
-/// hold their endpoint's slots meanwhile; the statements lock endpoint rows
-/// in id order, so two cannot deadlock with each other
-/// ([`store::record_successes`]).
-const RECORD_WRITERS: usize = 2;
-
 /// Writes finished attempts as the module docs say. Ends when every sender
-/// is gone and everything queued is written.
+/// is gone and everything queued is written. One batch of successes is
+/// written at a time: a second concurrent writer was measured slower
+/// (issue 22, BENCHMARKS.md).
 pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<Done>, leases: Leases) {
     let mut failures = JoinSet::new();
-    let mut writers = JoinSet::new();
     while let Some(first) = rx.recv().await {
-        // A free writer first, so the batch takes everything finished meanwhile.
-        while writers.len() >= RECORD_WRITERS {
-            writers.join_next().await;
-        }
         let mut batch = vec![first];
         while batch.len() < RECORD_BATCH {
             match rx.try_recv() {
@@ -73,21 +62,15 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
             });
         }
         if !ok.is_empty() {
-            let (ctx, leases) = (ctx.clone(), leases.clone());
-            writers.spawn(async move {
-                record_successes(&ctx, &ok).await;
-                {
-                    let mut l = leases.lock().unwrap();
-                    for d in &ok {
-                        l.forget(&d.claimed);
-                    }
-                }
-                drop(ok); // frees the slots
-                ctx.wake.notify_one();
-            });
+            record_successes(&ctx, &ok).await;
+            let mut l = leases.lock().unwrap();
+            for d in &ok {
+                l.forget(&d.claimed);
+            }
         }
+        drop(ok); // frees the slots
+        ctx.wake.notify_one();
     }
-    while writers.join_next().await.is_some() {}
     while failures.join_next().await.is_some() {}
 }
 
