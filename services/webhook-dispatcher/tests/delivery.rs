@@ -609,16 +609,7 @@ async fn expired_leases_are_put_back_and_the_old_token_is_void() {
     assert_eq!(second[0].id, first[0].id);
     assert_ne!(second[0].locked_until, first[0].locked_until, "a new token");
 
-    let ok = store::AttemptRecord {
-        started_at: Utc::now(),
-        duration_ms: 1,
-        response_status: Some(200),
-        error_class: None,
-        error_detail: None,
-        response_body: None,
-        success: true,
-        retry_in: None,
-    };
+    let ok = ok_attempt();
     assert_eq!(store::record_successes(&mut conn, &[(first[0].clone(), ok.clone())], 4).await.unwrap(), 0, "the old token is void");
     assert_eq!(store::record_successes(&mut conn, &[(second[0].clone(), ok)], 4).await.unwrap(), 1, "the new holder records");
 }
@@ -832,16 +823,7 @@ async fn enabling_while_attempts_run_keeps_their_leases() {
     assert!(again.iter().all(|c| !running_ids.contains(&&c.id)), "a delivery still in flight was leased again: {again:?}");
     assert!(again.is_empty(), "A is at its bound with its two attempts running: {again:?}");
 
-    let ok = store::AttemptRecord {
-        started_at: Utc::now(),
-        duration_ms: 1,
-        response_status: Some(200),
-        error_class: None,
-        error_detail: None,
-        response_body: None,
-        success: true,
-        retry_in: None,
-    };
+    let ok = ok_attempt();
     let batch: Vec<_> = running.iter().map(|c| (c.clone(), ok.clone())).collect();
     assert_eq!(store::record_successes(&mut conn, &batch, bound).await.unwrap(), 2, "the holders' tokens still hold");
     assert_eq!(store::claim(&mut conn, bound, 10, 60_000).await.unwrap().len(), 2, "then the other two are sent");
@@ -893,16 +875,7 @@ async fn recorded_successes_write_health_only_when_it_changes() {
         .unwrap();
     let of = |e: &vid_core::EndpointId| claimed.iter().filter(|c| &c.endpoint_id == e).cloned().collect::<Vec<_>>();
     let (r, h) = (of(&recovering), of(&healthy));
-    let ok = store::AttemptRecord {
-        started_at: Utc::now(),
-        duration_ms: 1,
-        response_status: Some(200),
-        error_class: None,
-        error_detail: None,
-        response_body: None,
-        success: true,
-        retry_in: None,
-    };
+    let ok = ok_attempt();
     type Health = (i32, Option<chrono::DateTime<Utc>>, Option<i32>, Option<chrono::DateTime<Utc>>);
     async fn health(conn: &mut diesel_async::AsyncPgConnection, id: &vid_core::EndpointId) -> Health {
         ep::table
@@ -934,4 +907,18 @@ async fn recorded_successes_write_health_only_when_it_changes() {
     assert_eq!(store::record_successes(&mut conn, &record(vec![h[2].clone()]), 8).await.unwrap(), 1);
     let refreshed = health(&mut conn, &healthy).await.3.unwrap();
     assert!(refreshed > old + chrono::Duration::milliseconds(50), "refreshed once stale: {refreshed} vs {old}");
+}
+
+/// A successful attempt (`200`, 1 ms, just now), as the recorder writes one.
+fn ok_attempt() -> vid_deliveries::AttemptRecord {
+    vid_deliveries::AttemptRecord {
+        started_at: Utc::now(),
+        duration_ms: 1,
+        response_status: Some(200),
+        error_class: None,
+        error_detail: None,
+        response_body: None,
+        success: true,
+        retry_in: None,
+    }
 }

@@ -7,7 +7,9 @@
 //!   otherwise it polls every `idle_poll_ms` (retries that fall due, and the
 //!   fallback for a lost notification).
 //! - Works in batches: one claim statement leases up to `batch_size`
-//!   deliveries, one query loads their endpoints (secrets opened once per
+//!   deliveries; each leased batch (claimed, or handed over by the fan-in)
+//!   then runs in a task of its own ([`run_batch`]), so the loop only claims:
+//!   one query loads the batch's endpoints (secrets opened once per
 //!   endpoint per batch), every attempt runs as its own task over the
 //!   keep-alive pool of [`Sender`](crate::attempt::Sender), and one recorder task writes finished
 //!   successes many per statement ([`store::record_successes`]); failures
@@ -212,17 +214,15 @@ impl Loop {
         if free == 0 {
             return false;
         }
-        let claimed = {
-            let claimed = async {
-                let mut conn = self.ctx.db.get().await?;
-                anyhow::Ok(store::claim(&mut conn, per_endpoint(&self.ctx), i32::try_from(free).unwrap_or(i32::MAX), lease_ms).await?)
-            };
-            match claimed.await {
-                Ok(claimed) => claimed,
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed");
-                    return false;
-                }
+        let claimed = async {
+            let mut conn = self.ctx.db.get().await?;
+            anyhow::Ok(store::claim(&mut conn, per_endpoint(&self.ctx), i32::try_from(free).unwrap_or(i32::MAX), lease_ms).await?)
+        };
+        let claimed = match claimed.await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "claiming deliveries failed");
+                return false;
             }
         };
         let claimed_all = claimed.len() == free;
