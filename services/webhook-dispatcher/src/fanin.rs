@@ -220,13 +220,7 @@ async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff:
 
 /// Gives back leases the scheduler could not take (it is draining).
 async fn release(db: &vid_db::Pool, claimed: &[store::Claimed]) {
-    let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
-    let result = async {
-        let mut conn = db.get().await?;
-        anyhow::Ok(store::release(&mut conn, &leases).await?)
-    }
-    .await;
-    if let Err(e) = result {
+    if let Err(e) = crate::scheduler::give_back(db, claimed).await {
         tracing::warn!(error = %format!("{e:#}"), "releasing fanned-in leases failed; they expire on their own");
     }
 }

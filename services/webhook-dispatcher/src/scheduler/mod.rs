@@ -299,13 +299,23 @@ async fn release_expired(ctx: &Context) {
     }
 }
 
+/// Gives leases back without an attempt ([`store::release`]) on a
+/// connection of its own: due again at once, for any replica. Returns how
+/// many were still held by these tokens. Errors: the pool's or the database's.
+pub(crate) async fn give_back(db: &vid_db::Pool, claimed: &[Claimed]) -> anyhow::Result<usize> {
+    let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
+    let mut conn = db.get().await?;
+    Ok(store::release(&mut conn, &leases).await?)
+}
+
 /// One batch of leased deliveries, in its own task: loads their endpoints
 /// ([`targets`]: one query, secrets opened once per endpoint), then starts
 /// each attempt as a task of its own holding its in-process slot until its
 /// outcome is recorded, or settles or postpones the delivery; ends when all
 /// its attempts have. Aborting it (the drain's grace is over) aborts its
-/// attempts. If the endpoints cannot be loaded, the leases were given back
-/// ([`targets`]) and leave the lease book.
+/// attempts. If the endpoints cannot be loaded, the leases are given back
+/// ([`targets`]) and leave the lease book; if giving them back fails too,
+/// they stay in the book, for the drain to release or to expire.
 async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSender<Done>, handed: Handed) {
     let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
     let batch = match targets(&ctx, claimed).await {
@@ -371,13 +381,7 @@ async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, T
     let endpoints = match loaded {
         Ok(e) => e,
         Err(e) => {
-            let leases: Vec<_> = claimed.iter().map(|c| (c.id.clone(), c.locked_until)).collect();
-            let released = async {
-                let mut conn = ctx.db.get().await?;
-                anyhow::Ok(store::release(&mut conn, &leases).await?)
-            }
-            .await
-            .is_ok();
+            let released = give_back(&ctx.db, &claimed).await.is_ok();
             return Err((e, claimed, released));
         }
     };
