@@ -55,17 +55,17 @@
 //!
 //! Issue 22 tuned the hot path: the dispatcher's fan-in leases the new
 //! deliveries in its insert when the endpoint has free slots and nothing
-//! older due ([`fanin::fan_in_leasing`]); the claim is a cached prepared
-//! statement, planned for each call (`force_custom_plan`: its generic plan
-//! is slower). Every lease is taken under its endpoint's transaction-scoped
-//! advisory lock ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting:
-//! a claim or fan-in skips an endpoint another one is leasing at that
-//! moment, so the per-endpoint bound stays exact across replicas and no
-//! leasing statement waits for another's endpoint lock (a claim's `UPDATE`
-//! may wait on a row lock, for at most its `lock_timeout` of 2 s, and a
-//! fan-in's insert on a concurrent insert of the same delivery; a leasing
-//! transaction idle for 10 s is ended, so a stalled replica frees its
-//! locks: see `lease::LOCK_SQL`). The fan-in reads the
+//! older due ([`fanin::fan_in_leasing`]); both leasing writes, the claim
+//! and that insert, are one round trip each, a PL/pgSQL function called in
+//! autocommit ([`lease::LEASING_FUNCTIONS`]). Every lease is taken under its
+//! endpoint's transaction-scoped advisory lock
+//! ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting and held only
+//! while that one statement runs: a claim or fan-in skips an endpoint
+//! another one is leasing at that moment, so the per-endpoint bound stays
+//! exact across replicas and no leasing statement waits for another's
+//! endpoint lock (a claim's `UPDATE` may wait on a row lock, for at most
+//! its `lock_timeout` of 2 s, and a fan-in's insert on a concurrent insert
+//! of the same delivery). The fan-in reads the
 //! event from `events` and picks endpoints by the one rule [`fanin::MATCH`]
 //! (issue 24), shared with the reconciliation ([`reconcile`]).
 

@@ -2,7 +2,7 @@
 //!
 //! Consumes `P.webhook.events` with manual acks, in batches: every message
 //! already received (up to `prefetch`) is taken together, and ONE
-//! transaction inserts one delivery per matching endpoint of each event's
+//! insert statement (after one read) inserts one delivery per matching endpoint of each event's
 //! tenant ([`store::fan_in`]: the events are read from `events`, the
 //! endpoints chosen by the one rule `vid_deliveries::fanin::MATCH`); the
 //! messages are acked only after the commit, so a crash between the two
@@ -125,8 +125,8 @@ async fn session(
 
 /// One batch of consumed messages: malformed ones are rejected (without
 /// requeue: they would fail forever); the others' deliveries are inserted in
-/// ONE transaction, and only after its commit are the messages acked (one
-/// `basic.ack` with `multiple`); if the transaction fails they are all
+/// ONE insert statement, and only after its commit are the messages acked (one
+/// `basic.ack` with `multiple`); if the fan-in fails they are all
 /// requeued. The deliveries leased by the insert are handed to the
 /// scheduler after the commit. Counts every message in `amqp_messages_consumed_total{queue,outcome}`.
 async fn handle_batch(
@@ -200,12 +200,12 @@ impl Leased {
 /// `handoff` once the new deliveries are known
 /// ([`store::fanin::fan_in_leasing`]). Returns how many deliveries were new
 /// and the leased ones with their slots (valid only because the
-/// transaction committed).
+/// insert committed).
 async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff: &Handoff) -> anyhow::Result<(usize, Leased)> {
     let ids: Vec<vid_core::EventId> = messages.iter().map(|m| m.event.id.clone()).collect();
     let mut conn = db.get().await?;
     let mut permits = Vec::new();
-    // Its own transaction: the insert and its leases commit together.
+    // Autocommit: the insert and its leases are one statement, committed together.
     let (done, leased) = store::fanin::fan_in_leasing(&mut conn, &ids, |pending| {
         if !handoff.leases_at_fanin() {
             return None;
