@@ -170,7 +170,8 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// [`crate::lease::claim`] would have returned for it (same lease, token,
 /// order rule). Returns what was inserted and the leased deliveries, in
 /// insert order. The leases are real once the insert commits: at once in
-/// autocommit, or with the caller's transaction.
+/// autocommit, or with the caller's transaction (which then also holds the
+/// endpoint locks until it ends, and is aborted by an error here).
 ///
 /// Errors: the database's.
 pub async fn fan_in_leasing(

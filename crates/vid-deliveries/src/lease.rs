@@ -78,7 +78,9 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// runs `lease_ms` milliseconds.
 ///
 /// One round trip: `SELECT * FROM webhook_deliveries_claim($1, $2, $3)`
-/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's transaction). It
+/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's transaction:
+/// then the endpoint locks are held until it ends, and an error here
+/// aborts it). It
 /// takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
 /// endpoints with due deliveries, skipping any another replica's claim or
 /// fan-in is leasing at that moment, then leases among those endpoints
@@ -97,9 +99,13 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// index `webhook_deliveries_claimable`; see migration
 /// `2026-11-30-000040_dispatcher_claimable_index`). Returns fewer than
 /// `limit` when fewer are due, the bounds are full, or an endpoint was
-/// skipped; the caller claims again when woken.
+/// skipped; the caller claims again when woken. A delivery that stopped
+/// being claimable (paused, settled, leased elsewhere) while the `UPDATE`
+/// waited for its row lock is not leased.
 ///
-/// Errors: the database's (a `lock_timeout` among them).
+/// Errors: the database's (a `lock_timeout` among them); `per_endpoint` or
+/// `lease_ms` below 1, or a negative `limit`: `invalid_parameter_value`
+/// (SQLSTATE 22023), raised before anything is read.
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     diesel::sql_query("SELECT * FROM webhook_deliveries_claim($1, $2, $3)")
         .bind::<BigInt, _>(i64::from(per_endpoint))

@@ -59,8 +59,10 @@
 //! and that insert, are one round trip each, a PL/pgSQL function called in
 //! autocommit ([`lease::LEASING_FUNCTIONS`]). Every lease is taken under its
 //! endpoint's transaction-scoped advisory lock
-//! ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting and held only
-//! while that one statement runs: a claim or fan-in skips an endpoint
+//! ([`lease::ENDPOINT_LOCK_CLASS`]), taken without waiting and held to the
+//! end of the transaction: in autocommit, as the dispatcher calls them,
+//! only while that one statement runs (inside a caller's transaction, until
+//! it ends, and a failing call aborts it). A claim or fan-in skips an endpoint
 //! another one is leasing at that moment, so the per-endpoint bound stays
 //! exact across replicas and no leasing statement waits for another's
 //! endpoint lock (a claim's `UPDATE` may wait on a row lock, for at most

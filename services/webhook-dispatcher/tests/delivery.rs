@@ -698,8 +698,8 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
 /// review): a claim, or a fan-in, inside a transaction that has not yet
 /// committed keeps another replica from leasing the same endpoint, which
 /// cannot see the uncommitted leases and would otherwise go past the bound.
-/// Both are run as savepoints of an open transaction, as a caller's
-/// transaction would hold them.
+/// Both run directly inside an open transaction (no savepoint), as a
+/// caller's transaction would hold them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
     use diesel_async::scoped_futures::ScopedFutureExt;
@@ -765,6 +765,109 @@ async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
         .await
         .unwrap();
     assert_eq!(in_flight, i64::from(bound), "exactly the bound in flight");
+}
+
+/// A claim whose `UPDATE` waits on a row lock rechecks the row when the
+/// lock is gone (issue 22 review): a delivery paused meanwhile (here by an
+/// open transaction, as `health::disable` pauses an endpoint's backlog) is
+/// not leased, though the claim chose it while it was still `pending`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_does_not_lease_a_delivery_paused_while_it_waited() {
+    use diesel::sql_types::{BigInt, Integer};
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (_, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 1);
+
+    let mut holder = w.conn().await;
+    diesel::sql_query("BEGIN").execute(&mut holder).await.unwrap();
+    let paused = diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())))
+        .set((dl::status.eq("paused"), dl::next_attempt_at.eq(None::<chrono::DateTime<Utc>>)))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(paused, 1);
+
+    #[derive(QueryableByName)]
+    struct Pid {
+        #[diesel(sql_type = Integer)]
+        pid: i32,
+    }
+    let mut claimer = w.conn().await;
+    let pid = diesel::sql_query("SELECT pg_backend_pid() AS pid").get_result::<Pid>(&mut claimer).await.unwrap().pid;
+    let claim = tokio::spawn(async move { store::claim(&mut claimer, 8, 10, 60_000).await });
+    // The event: the claim's backend waits on the held row lock.
+    let w = &w;
+    eventually(WAIT, "the claim waiting on the row lock", || async move {
+        let mut watcher = w.conn().await;
+        #[derive(QueryableByName)]
+        struct Waiting {
+            #[diesel(sql_type = BigInt)]
+            n: i64,
+        }
+        let n = diesel::sql_query(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock' AND wait_event = 'transactionid'",
+        )
+        .bind::<Integer, _>(pid)
+        .get_result::<Waiting>(&mut watcher)
+        .await
+        .unwrap()
+        .n;
+        (n == 1).then_some(())
+    })
+    .await;
+    diesel::sql_query("COMMIT").execute(&mut holder).await.unwrap();
+
+    let claimed = claim.await.unwrap().expect("the claim ends without error once the lock is gone");
+    assert!(claimed.is_empty(), "a paused delivery was leased: {claimed:?}");
+    let rows = w.deliveries(&a).await;
+    assert!(rows.iter().all(|d| d.status == "paused" && d.locked_until.is_none()), "paused and unleased: {rows:?}");
+    // The same claim leases it once it is pending again (the test can fail).
+    let mut watcher = w.conn().await;
+    diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())))
+        .set((dl::status.eq("pending"), dl::next_attempt_at.eq(Some(Utc::now()))))
+        .execute(&mut watcher)
+        .await
+        .unwrap();
+    assert_eq!(store::claim(&mut watcher, 8, 10, 60_000).await.unwrap().len(), 1);
+}
+
+/// Bad arguments to the leasing functions are refused with
+/// `invalid_parameter_value` before anything is written (issue 22 review):
+/// a bound of 0, a negative limit, arrays of unequal length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leasing_functions_refuse_bad_arguments() {
+    use diesel::result::{DatabaseErrorKind, Error};
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (event, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 1);
+    let mut conn = w.conn().await;
+    let refused = |e: Error| match e {
+        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => info.message().to_owned(),
+        other => panic!("not a refusal: {other:?}"),
+    };
+    for (per_endpoint, limit, lease_ms) in [(0, 10, 60_000), (8, -1, 60_000), (8, 10, 0)] {
+        let e = store::claim(&mut conn, per_endpoint, limit, lease_ms).await.expect_err("bad arguments accepted");
+        assert!(refused(e).contains("want per_endpoint >= 1"), "({per_endpoint}, {limit}, {lease_ms})");
+    }
+    // One delivery id for two of everything else.
+    let e = diesel::sql_query(
+        "SELECT * FROM webhook_deliveries_insert_leasing(ARRAY['d1'], ARRAY['t','t'], ARRAY[$1, $1], ARRAY[$2, $2], \
+         ARRAY['x','x'], ARRAY['{}','{}'], ARRAY['pending','pending'], ARRAY[now(), now()], 8, 10, 60000)",
+    )
+    .bind::<diesel::sql_types::Text, _>(a.as_str())
+    .bind::<diesel::sql_types::Text, _>(event.as_str())
+    .execute(&mut conn)
+    .await
+    .expect_err("unequal arrays accepted");
+    assert!(refused(e).contains("of one length"));
+    // Nothing was leased or added: the one delivery is as the fan-in left it.
+    let rows = w.deliveries(&a).await;
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].status == "pending" && rows[0].locked_until.is_none(), "{rows:?}");
 }
 
 /// An endpoint at its bound whose backlog is the oldest takes no place of

@@ -27,6 +27,16 @@
 -- between them holding endpoint locks (the two-statement form needed
 -- idle_in_transaction_session_timeout against a client stalled in between).
 --
+-- Inside a caller's transaction (rather than autocommit) the locks last
+-- until that transaction ends, and an error in a call aborts it.
+--
+-- Bad arguments (NULL, a bound below 1, a negative max_leases or lease,
+-- arrays of unequal length) raise invalid_parameter_value (22023) before
+-- anything is read or written.
+--
+-- The inner statements show in pg_stat_statements only with
+-- pg_stat_statements.track = all (the default, top, shows the calls).
+--
 -- The Rust side (vid_deliveries::lease::claim, vid_deliveries::fanin) calls
 -- these and documents them; a test there checks the status literals.
 
@@ -35,6 +45,8 @@
 -- leases, oldest due first, for lease_ms milliseconds. Endpoints locked by
 -- another claim or fan-in at this moment are skipped (they are being served);
 -- so are full and throttled ones, which take no place of the max_leases.
+-- A row that stopped being claimable while the UPDATE waited for its lock
+-- (leased elsewhere, paused, settled) is not leased.
 CREATE FUNCTION webhook_deliveries_claim(per_endpoint bigint, max_leases bigint, lease_ms bigint)
 RETURNS TABLE (id text, endpoint_id text, tenant_id text, event_id text, payload text,
                attempt_count integer, manual_retry boolean, locked_until timestamptz)
@@ -44,7 +56,16 @@ AS $$
 #variable_conflict use_column
 DECLARE
     held text[];
+    plan_mode text;
 BEGIN
+    IF per_endpoint IS NULL OR per_endpoint < 1 OR max_leases IS NULL OR max_leases < 0
+       OR lease_ms IS NULL OR lease_ms < 1 THEN
+        RAISE EXCEPTION 'webhook_deliveries_claim(per_endpoint %, max_leases %, lease_ms %): want per_endpoint >= 1, max_leases >= 0, lease_ms >= 1',
+            per_endpoint, max_leases, lease_ms USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_leases = 0 THEN
+        RETURN;
+    END IF;
     -- 1. The locks of at most max_leases endpoints that have a due, unleased
     --    delivery, are not throttled and have a free slot (counted before the
     --    lock, so possibly stale; 2. counts again under it). The lock is tried
@@ -78,6 +99,7 @@ BEGIN
     IF cardinality(held) = 0 THEN
         RETURN;
     END IF;
+    plan_mode := current_setting('plan_cache_mode');
     PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
     -- 2. The claim proper, among the held endpoints only, in a new snapshot.
     RETURN QUERY
@@ -108,8 +130,10 @@ BEGIN
     UPDATE webhook_deliveries d
     SET locked_until = now() + lease_ms * interval '1 millisecond', updated_at = now()
     FROM chosen
-    WHERE d.id = chosen.id AND d.locked_until IS NULL
+    WHERE d.id = chosen.id AND d.status = 'pending' AND d.locked_until IS NULL
     RETURNING d.id, d.endpoint_id, d.tenant_id, d.event_id, d.payload, d.attempt_count, d.manual_retry, d.locked_until;
+    -- RETURN QUERY has run the statement; the caller's setting is back.
+    PERFORM set_config('plan_cache_mode', plan_mode, true);
 END
 $$;
 
@@ -132,7 +156,20 @@ LANGUAGE plpgsql VOLATILE
 AS $$
 DECLARE
     held text[] := '{}';
+    n integer := cardinality(ids);
 BEGIN
+    IF per_endpoint IS NULL OR per_endpoint < 1 OR max_leases IS NULL OR max_leases < 0
+       OR lease_ms IS NULL OR lease_ms < 0 OR (max_leases > 0 AND lease_ms < 1) THEN
+        RAISE EXCEPTION 'webhook_deliveries_insert_leasing(per_endpoint %, max_leases %, lease_ms %): want per_endpoint >= 1, max_leases >= 0, lease_ms >= 1 when leasing',
+            per_endpoint, max_leases, lease_ms USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n IS NULL OR cardinality(tenant_ids) IS DISTINCT FROM n OR cardinality(endpoint_ids) IS DISTINCT FROM n
+       OR cardinality(event_ids) IS DISTINCT FROM n OR cardinality(event_types) IS DISTINCT FROM n
+       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(statuses) IS DISTINCT FROM n
+       OR cardinality(due) IS DISTINCT FROM n THEN
+        RAISE EXCEPTION 'webhook_deliveries_insert_leasing: the eight arrays must be non-NULL and of one length (ids has %)', n
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF max_leases > 0 THEN
         -- 1. The locks of at most max_leases of the new pending deliveries'
         --    endpoints that could be leased for (slot counted before the lock;
