@@ -173,7 +173,10 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// autocommit, or with the caller's transaction (which then also holds the
 /// endpoint locks until it ends, and is aborted by an error here).
 ///
-/// Errors: the database's.
+/// Errors: the database's; leasing (a `limit` above 0) inside a REPEATABLE
+/// READ or SERIALIZABLE transaction: `invalid_transaction_state` (SQLSTATE
+/// 25000), raised before anything is inserted, since the bound needs a
+/// snapshot taken after the endpoint locks.
 pub async fn fan_in_leasing(
     conn: &mut AsyncPgConnection,
     ids: &[EventId],

@@ -30,7 +30,12 @@ pub const ENDPOINT_LOCK_CLASS: i32 = 0x7668_6b64; // "vhkd"
 /// without waiting, a second one counts the leases and leases in a snapshot
 /// taken after the locks are held (a VOLATILE PL/pgSQL function takes one
 /// per statement under READ COMMITTED), so it sees every lease the previous
-/// holder committed; the locks last to the end of the call.
+/// holder committed. The locks last to the end of the transaction: the call
+/// itself in autocommit, or the caller's transaction, which must then be
+/// READ COMMITTED (under REPEATABLE READ or SERIALIZABLE a leasing call
+/// raises `invalid_transaction_state`, SQLSTATE 25000: one snapshot for the
+/// whole transaction could predate the locks and miss another holder's
+/// leases).
 pub const LEASING_FUNCTIONS: &str = include_str!("../../vid-db/migrations/2026-12-05-000200_webhook_leasing_functions/up.sql");
 
 /// A delivery leased by this process.
@@ -78,10 +83,9 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// runs `lease_ms` milliseconds.
 ///
 /// One round trip: `SELECT * FROM webhook_deliveries_claim($1, $2, $3)`
-/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's transaction:
-/// then the endpoint locks are held until it ends, and an error here
-/// aborts it). It
-/// takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
+/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's READ COMMITTED
+/// transaction: then the endpoint locks are held until it ends, and an
+/// error here aborts it). It takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
 /// endpoints with due deliveries, skipping any another replica's claim or
 /// fan-in is leasing at that moment, then leases among those endpoints
 /// only. Replicas serving different endpoints never wait for each other,
@@ -105,7 +109,9 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 ///
 /// Errors: the database's (a `lock_timeout` among them); `per_endpoint` or
 /// `lease_ms` below 1, or a negative `limit`: `invalid_parameter_value`
-/// (SQLSTATE 22023), raised before anything is read.
+/// (SQLSTATE 22023), raised before anything is read; called inside a
+/// REPEATABLE READ or SERIALIZABLE transaction: `invalid_transaction_state`
+/// (SQLSTATE 25000).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     diesel::sql_query("SELECT * FROM webhook_deliveries_claim($1, $2, $3)")
         .bind::<BigInt, _>(i64::from(per_endpoint))

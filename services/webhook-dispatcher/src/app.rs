@@ -34,6 +34,11 @@ pub struct Dispatcher {
 /// PostgreSQL's shared lock table.
 pub const MAX_BATCH_SIZE: u32 = 512;
 
+/// The longest `dispatcher.lease_ms` accepted: one day, in ms. A lease only
+/// bounds how long a crashed replica's deliveries wait before another claims
+/// them; anything longer is a misconfiguration.
+pub const MAX_LEASE_MS: u128 = 86_400_000;
+
 impl Dispatcher {
     /// Checks the settings and binds `dispatcher.health_listen` (port 0 picks
     /// a free one). Nothing else is contacted yet.
@@ -43,7 +48,9 @@ impl Dispatcher {
     ///
     /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
     /// an empty retry schedule, a `batch_size` of 0 or above
-    /// [`MAX_BATCH_SIZE`], an unbindable address.
+    /// [`MAX_BATCH_SIZE`], a `lease_ms` of 0 or above [`MAX_LEASE_MS`], an
+    /// unbindable address. A lease no longer than connect + request timeout
+    /// is logged as a warning (allowed: tests shorten it on purpose).
     pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
         SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
@@ -57,6 +64,23 @@ impl Dispatcher {
             "dispatcher.batch_size must be 1 to {MAX_BATCH_SIZE} (each claim holds up to that many locks in PostgreSQL), not {}",
             settings.dispatcher.batch_size
         );
+        // Checked here, not at the first claim: PostgreSQL refuses a lease
+        // below 1 ms (22023) and overflows far past a day (22008), and every
+        // claim would fail the same way for as long as the process runs.
+        let lease_ms = settings.dispatcher.lease().as_millis();
+        anyhow::ensure!(
+            (1..=MAX_LEASE_MS).contains(&lease_ms),
+            "dispatcher.lease_ms must be 1 to {MAX_LEASE_MS} (a claim's lease, in ms), not {lease_ms}"
+        );
+        let attempt_ms = u128::from(settings.dispatcher.connect_timeout_ms) + u128::from(settings.dispatcher.request_timeout_ms);
+        if lease_ms <= attempt_ms {
+            tracing::warn!(
+                lease_ms,
+                attempt_ms,
+                "dispatcher.lease_ms does not exceed connect_timeout_ms + request_timeout_ms: a lease can expire while its attempt runs, \
+                 and another claim then sends the delivery again (a duplicate, still at least once)"
+            );
+        }
         settings.amqp.check()?;
         settings.database.url.expose_secret().parse::<url::Url>().map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
         let health = std::net::TcpListener::bind(&settings.dispatcher.health_listen)

@@ -65,8 +65,11 @@ pub struct DispatcherSettings {
     /// At most this many attempts run at once in this process. Default 256.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
-    /// How long a claim is held, in ms. Must exceed connect + request timeout;
-    /// a crashed replica's deliveries are retried after it. Default:
+    /// How long a claim is held, in ms, 1 to 86,400,000 (`app::MAX_LEASE_MS`;
+    /// refused at start-up otherwise). Should exceed connect + request
+    /// timeout (a warning at start-up otherwise: a lease that expires while
+    /// its attempt runs lets another claim send it again); a crashed
+    /// replica's deliveries are retried after it. Default:
     /// `connect_timeout_ms + request_timeout_ms + 15000`.
     #[serde(default)]
     pub lease_ms: Option<u64>,

@@ -833,25 +833,30 @@ async fn a_claim_does_not_lease_a_delivery_paused_while_it_waited() {
     assert_eq!(store::claim(&mut watcher, 8, 10, 60_000).await.unwrap().len(), 1);
 }
 
+/// The message of an error PostgreSQL raised from a leasing function
+/// (SQLSTATEs 22023 and 25000 map to diesel's `Unknown`); panics on any
+/// other error.
+fn refusal(e: diesel::result::Error) -> String {
+    match e {
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::Unknown, info) => info.message().to_owned(),
+        other => panic!("not a refusal: {other:?}"),
+    }
+}
+
 /// Bad arguments to the leasing functions are refused with
 /// `invalid_parameter_value` before anything is written (issue 22 review):
 /// a bound of 0, a negative limit, arrays of unequal length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leasing_functions_refuse_bad_arguments() {
-    use diesel::result::{DatabaseErrorKind, Error};
     use vid_deliveries as store;
     let w = World::new(&[]).await;
     let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
     let (event, payload) = w.record_event().await;
     assert_eq!(w.fan_in(&payload).await, 1);
     let mut conn = w.conn().await;
-    let refused = |e: Error| match e {
-        Error::DatabaseError(DatabaseErrorKind::Unknown, info) => info.message().to_owned(),
-        other => panic!("not a refusal: {other:?}"),
-    };
     for (per_endpoint, limit, lease_ms) in [(0, 10, 60_000), (8, -1, 60_000), (8, 10, 0)] {
         let e = store::claim(&mut conn, per_endpoint, limit, lease_ms).await.expect_err("bad arguments accepted");
-        assert!(refused(e).contains("want per_endpoint >= 1"), "({per_endpoint}, {limit}, {lease_ms})");
+        assert!(refusal(e).contains("want per_endpoint >= 1"), "({per_endpoint}, {limit}, {lease_ms})");
     }
     // One delivery id for two of everything else.
     let e = diesel::sql_query(
@@ -863,11 +868,62 @@ async fn the_leasing_functions_refuse_bad_arguments() {
     .execute(&mut conn)
     .await
     .expect_err("unequal arrays accepted");
-    assert!(refused(e).contains("of one length"));
+    assert!(refusal(e).contains("of one length"));
     // Nothing was leased or added: the one delivery is as the fan-in left it.
     let rows = w.deliveries(&a).await;
     assert_eq!(rows.len(), 1);
     assert!(rows[0].status == "pending" && rows[0].locked_until.is_none(), "{rows:?}");
+}
+
+/// The leasing functions refuse a transaction whose one snapshot could
+/// predate their endpoint locks (issue 22, second review): under REPEATABLE
+/// READ or SERIALIZABLE the count of another holder's leases could be stale
+/// and the bound exceeded. They raise 25000 before leasing anything; a plain
+/// fan-in (no leasing, no lock) still runs there, and an explicit READ
+/// COMMITTED transaction leases as autocommit does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leasing_functions_refuse_a_snapshot_older_than_their_locks() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (first, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 1);
+    let mut conn = w.conn().await;
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000 });
+    let (second, _) = w.record_event().await;
+    for level in ["REPEATABLE READ", "SERIALIZABLE"] {
+        diesel::sql_query(format!("BEGIN ISOLATION LEVEL {level}")).execute(&mut conn).await.unwrap();
+        let e = store::claim(&mut conn, 8, 10, 60_000).await.expect_err("a claim under one snapshot");
+        assert!(refusal(e).contains(&format!(
+            "needs READ COMMITTED (each statement a snapshot taken after the endpoint locks); this transaction is {level}"
+        )));
+        diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
+
+        diesel::sql_query(format!("BEGIN ISOLATION LEVEL {level}")).execute(&mut conn).await.unwrap();
+        let e =
+            store::fan_in_leasing(&mut conn, std::slice::from_ref(&second), lease).await.expect_err("a leasing fan-in under one snapshot");
+        assert!(refusal(e).contains("needs READ COMMITTED when it leases"), "{level}");
+        diesel::sql_query("ROLLBACK").execute(&mut conn).await.unwrap();
+    }
+    let rows = w.deliveries(&a).await;
+    assert_eq!(rows.len(), 1, "the refused fan-ins inserted nothing: {rows:?}");
+    assert!(rows[0].locked_until.is_none(), "the refused claims leased nothing: {rows:?}");
+
+    // Without leasing the fan-in takes no lock and runs under any isolation.
+    diesel::sql_query("BEGIN ISOLATION LEVEL SERIALIZABLE").execute(&mut conn).await.unwrap();
+    let fanned = store::fan_in(&mut conn, std::slice::from_ref(&second)).await.unwrap();
+    diesel::sql_query("COMMIT").execute(&mut conn).await.unwrap();
+    assert_eq!(fanned.deliveries, 1);
+
+    // An explicit READ COMMITTED transaction leases.
+    diesel::sql_query("BEGIN ISOLATION LEVEL READ COMMITTED").execute(&mut conn).await.unwrap();
+    let claimed = store::claim(&mut conn, 8, 10, 60_000).await.unwrap();
+    diesel::sql_query("COMMIT").execute(&mut conn).await.unwrap();
+    let mut events = claimed.iter().map(|c| c.event_id.clone()).collect::<Vec<_>>();
+    events.sort();
+    let mut want = vec![first, second];
+    want.sort();
+    assert_eq!(events, want);
 }
 
 /// An endpoint at its bound whose backlog is the oldest takes no place of
@@ -948,6 +1004,29 @@ async fn an_oversized_batch_is_refused_at_start() {
             Err(e) => {
                 assert!(!ok, "batch_size {size} was refused: {e:#}");
                 assert!(format!("{e:#}").contains("dispatcher.batch_size must be 1 to 512"), "{e:#}");
+            }
+        }
+    }
+}
+
+/// A `lease_ms` of 0 or past `MAX_LEASE_MS` is refused at start-up, naming
+/// the setting (issue 22, second review): PostgreSQL would refuse every
+/// claim (22023, or 22008 for an overflowing interval) for as long as the
+/// process ran. The bounds themselves and the default are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_out_of_range_is_refused_at_start() {
+    let w = World::new(&[]).await;
+    let max = u64::try_from(vid_webhook_dispatcher::app::MAX_LEASE_MS).unwrap();
+    for (lease_ms, ok) in
+        [(Some(0), false), (Some(1), true), (None, true), (Some(max), true), (Some(max + 1), false), (Some(u64::MAX), false)]
+    {
+        let mut settings = w.settings.clone();
+        settings.dispatcher.lease_ms = lease_ms;
+        match vid_webhook_dispatcher::Dispatcher::build(settings, no_dns()) {
+            Ok(_) => assert!(ok, "lease_ms {lease_ms:?} was accepted"),
+            Err(e) => {
+                assert!(!ok, "lease_ms {lease_ms:?} was refused: {e:#}");
+                assert!(format!("{e:#}").contains("dispatcher.lease_ms must be 1 to 86400000"), "{e:#}");
             }
         }
     }

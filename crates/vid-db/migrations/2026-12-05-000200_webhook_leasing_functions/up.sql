@@ -28,7 +28,13 @@
 -- idle_in_transaction_session_timeout against a client stalled in between).
 --
 -- Inside a caller's transaction (rather than autocommit) the locks last
--- until that transaction ends, and an error in a call aborts it.
+-- until that transaction ends, and an error in a call aborts it. That
+-- transaction must be READ COMMITTED: under REPEATABLE READ or SERIALIZABLE
+-- every statement shares the transaction's first snapshot, which may predate
+-- the locks, so the count could miss another holder's committed leases and
+-- exceed the bound. A leasing call there raises invalid_transaction_state
+-- (25000) before it reads anything (a plain insert, max_leases = 0, takes no
+-- lock and runs under any isolation).
 --
 -- Bad arguments (NULL, a bound below 1, a negative max_leases or lease,
 -- arrays of unequal length) raise invalid_parameter_value (22023) before
@@ -62,6 +68,10 @@ BEGIN
        OR lease_ms IS NULL OR lease_ms < 1 THEN
         RAISE EXCEPTION 'webhook_deliveries_claim(per_endpoint %, max_leases %, lease_ms %): want per_endpoint >= 1, max_leases >= 0, lease_ms >= 1',
             per_endpoint, max_leases, lease_ms USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+        RAISE EXCEPTION 'webhook_deliveries_claim needs READ COMMITTED (each statement a snapshot taken after the endpoint locks); this transaction is %',
+            upper(current_setting('transaction_isolation')) USING ERRCODE = 'invalid_transaction_state';
     END IF;
     IF max_leases = 0 THEN
         RETURN;
@@ -142,9 +152,12 @@ $$;
 -- insert order, each of an endpoint that is not throttled, has no unleased
 -- delivery already due (the claim serves the oldest first) and has a free
 -- slot under per_endpoint (counted as the claim counts). Only endpoints whose
--- lock it gets without waiting are leased for; a delivery of any other
--- endpoint is inserted unleased, due now. max_leases = 0: a plain insert, no
--- lock, no endpoint read. ON CONFLICT (event_id, endpoint_id) DO NOTHING:
+-- lock it gets without waiting are leased for. A delivery it does not lease
+-- is inserted as given (its status and due time unchanged); a 'pending' one
+-- it leases is leased whatever due time it was given (the fan-in gives
+-- pending deliveries "now"; a caller wanting a later first attempt passes
+-- max_leases = 0). max_leases = 0: a plain insert, no lock, no endpoint
+-- read. ON CONFLICT (event_id, endpoint_id) DO NOTHING:
 -- fanning an event in twice inserts nothing the second time. Returns the
 -- inserted rows; leased when locked_until is set.
 CREATE FUNCTION webhook_deliveries_insert_leasing(
@@ -169,6 +182,10 @@ BEGIN
        OR cardinality(due) IS DISTINCT FROM n THEN
         RAISE EXCEPTION 'webhook_deliveries_insert_leasing: the eight arrays must be non-NULL and of one length (ids has %)', n
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF max_leases > 0 AND current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+        RAISE EXCEPTION 'webhook_deliveries_insert_leasing needs READ COMMITTED when it leases (each statement a snapshot taken after the endpoint locks); this transaction is %',
+            upper(current_setting('transaction_isolation')) USING ERRCODE = 'invalid_transaction_state';
     END IF;
     IF max_leases > 0 THEN
         -- 1. The locks of at most max_leases of the new pending deliveries'
