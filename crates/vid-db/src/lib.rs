@@ -16,8 +16,8 @@ pub mod seal;
 use anyhow::Context;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
 use diesel_async::pooled_connection::deadpool;
-use diesel_async::pooled_connection::AsyncDieselConnectionManager;
-use diesel_async::AsyncPgConnection;
+use diesel_async::pooled_connection::{AsyncDieselConnectionManager, ManagerConfig};
+use diesel_async::{AsyncPgConnection, SimpleAsyncConnection};
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 use vid_infra::settings::DatabaseSettings;
 use vid_infra::ExposeSecret;
@@ -42,11 +42,31 @@ pub const POOL_CREATE_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// How long the health check of an idle connection being reused may take.
 pub const POOL_RECYCLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Sent on every new pooled connection ([`pool`]): the code is written for
+/// PostgreSQL's default isolation, READ COMMITTED (a statement's snapshot is
+/// taken when it starts; no serialization failures to retry), and the
+/// delivery leasing functions refuse any other (migration
+/// `2026-12-05-000200_webhook_leasing_functions`). A database or role whose
+/// `default_transaction_isolation` was changed by an operator would
+/// otherwise stop every webhook claim.
+pub const SESSION_SETUP: &str = "SET default_transaction_isolation = 'read committed'";
+
 /// Builds a pool of at most `settings.pool_size` connections, with the
 /// [`POOL_WAIT_TIMEOUT`], [`POOL_CREATE_TIMEOUT`] and [`POOL_RECYCLE_TIMEOUT`]
-/// bounds. Connections are opened lazily; nothing is contacted here.
+/// bounds. Each new connection runs [`SESSION_SETUP`] before first use (a
+/// failure there is a failed connect). Connections are opened lazily;
+/// nothing is contacted here.
 pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
-    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new(settings.url.expose_secret());
+    let mut config = ManagerConfig::<AsyncPgConnection>::default();
+    config.custom_setup = Box::new(|url| {
+        let url = url.to_owned();
+        Box::pin(async move {
+            let mut conn = AsyncPgConnection::establish(&url).await?;
+            conn.batch_execute(SESSION_SETUP).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            Ok(conn)
+        })
+    });
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(settings.url.expose_secret(), config);
     deadpool::Pool::builder(manager)
         .max_size(settings.pool_size)
         .runtime(::deadpool::Runtime::Tokio1)

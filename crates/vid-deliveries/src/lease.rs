@@ -35,7 +35,9 @@ pub const ENDPOINT_LOCK_CLASS: i32 = 0x7668_6b64; // "vhkd"
 /// READ COMMITTED (under REPEATABLE READ or SERIALIZABLE a leasing call
 /// raises `invalid_transaction_state`, SQLSTATE 25000: one snapshot for the
 /// whole transaction could predate the locks and miss another holder's
-/// leases).
+/// leases), and short (`now()` is its start: a lease written by a
+/// transaction open longer than the lease is expired at once).
+/// `vid_db::pool` sets READ COMMITTED on every connection.
 pub const LEASING_FUNCTIONS: &str = include_str!("../../vid-db/migrations/2026-12-05-000200_webhook_leasing_functions/up.sql");
 
 /// A delivery leased by this process.
@@ -83,8 +85,8 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// runs `lease_ms` milliseconds.
 ///
 /// One round trip: `SELECT * FROM webhook_deliveries_claim($1, $2, $3)`
-/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's READ COMMITTED
-/// transaction: then the endpoint locks are held until it ends, and an
+/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's short READ
+/// COMMITTED transaction: then the endpoint locks are held until it ends, and an
 /// error here aborts it). It takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
 /// endpoints with due deliveries, skipping any another replica's claim or
 /// fan-in is leasing at that moment, then leases among those endpoints
@@ -109,9 +111,9 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 ///
 /// Errors: the database's (a `lock_timeout` among them); `per_endpoint` or
 /// `lease_ms` below 1, or a negative `limit`: `invalid_parameter_value`
-/// (SQLSTATE 22023), raised before anything is read; called inside a
-/// REPEATABLE READ or SERIALIZABLE transaction: `invalid_transaction_state`
-/// (SQLSTATE 25000).
+/// (SQLSTATE 22023), raised before anything is read; a `limit` above 0
+/// inside a REPEATABLE READ or SERIALIZABLE transaction:
+/// `invalid_transaction_state` (SQLSTATE 25000).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
     diesel::sql_query("SELECT * FROM webhook_deliveries_claim($1, $2, $3)")
         .bind::<BigInt, _>(i64::from(per_endpoint))

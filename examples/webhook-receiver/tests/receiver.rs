@@ -90,11 +90,11 @@ impl Receiver {
 
     /// Starts a consumer in the background; returns its counters.
     ///
-    /// A broker error before the first message arrives is retried, as
-    /// `run_consumer` does in production: a quorum queue answers
-    /// `basic.consume` with a 541 `INTERNAL_ERROR` while its Raft member is
-    /// still starting (slow under a loaded CI machine), and nothing has been
-    /// taken from the queue yet. Any exit after a message arrived panics.
+    /// A 541 `INTERNAL_ERROR` before the first message arrives is retried,
+    /// as `run_consumer` would: a quorum queue answers `basic.consume` so
+    /// while its Raft member is still starting (slow on a loaded CI
+    /// machine), and nothing has been taken from the queue yet. Any other
+    /// error, or any exit after a message arrived, panics.
     fn start_consumer(&mut self) -> std::sync::Arc<ConsumerStats> {
         let stats = std::sync::Arc::new(ConsumerStats::default());
         let (pool, options, task_stats) = (self.pool.clone(), self.consumer_options(), stats.clone());
@@ -104,7 +104,9 @@ impl Receiver {
                 attempts += 1;
                 let exit = consume(&pool, &options, &task_stats).await;
                 match exit {
-                    Err(error) if task_stats.snapshot().received == 0 && attempts < 20 => {
+                    Err(error)
+                        if task_stats.snapshot().received == 0 && attempts < 20 && format!("{error:#}").contains("INTERNAL_ERROR") =>
+                    {
                         eprintln!("consumer failed before receiving anything (attempt {attempts}); retrying: {error:#}");
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }

@@ -49,8 +49,8 @@ impl Dispatcher {
     /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
     /// an empty retry schedule, a `batch_size` of 0 or above
     /// [`MAX_BATCH_SIZE`], a `lease_ms` of 0 or above [`MAX_LEASE_MS`], an
-    /// unbindable address. A lease no longer than connect + request timeout
-    /// is logged as a warning (allowed: tests shorten it on purpose).
+    /// unbindable address. A lease no longer than the request timeout (a
+    /// whole attempt's bound) is logged as a warning (allowed: tests shorten it on purpose).
     pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
         SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
@@ -68,16 +68,18 @@ impl Dispatcher {
         // below 1 ms (22023) and overflows far past a day (22008), and every
         // claim would fail the same way for as long as the process runs.
         let lease_ms = settings.dispatcher.lease().as_millis();
-        anyhow::ensure!(
-            (1..=MAX_LEASE_MS).contains(&lease_ms),
-            "dispatcher.lease_ms must be 1 to {MAX_LEASE_MS} (a claim's lease, in ms), not {lease_ms}"
-        );
-        let attempt_ms = u128::from(settings.dispatcher.connect_timeout_ms) + u128::from(settings.dispatcher.request_timeout_ms);
+        let lease_from = match settings.dispatcher.lease_ms {
+            Some(_) => "dispatcher.lease_ms",
+            None => "the lease (dispatcher.lease_ms unset: connect_timeout_ms + request_timeout_ms + 15000)",
+        };
+        anyhow::ensure!((1..=MAX_LEASE_MS).contains(&lease_ms), "{lease_from} must be 1 to {MAX_LEASE_MS} ms, not {lease_ms}");
+        // request_timeout bounds a whole attempt, connect included.
+        let attempt_ms = u128::from(settings.dispatcher.request_timeout_ms);
         if lease_ms <= attempt_ms {
             tracing::warn!(
                 lease_ms,
-                attempt_ms,
-                "dispatcher.lease_ms does not exceed connect_timeout_ms + request_timeout_ms: a lease can expire while its attempt runs, \
+                request_timeout_ms = attempt_ms,
+                "dispatcher.lease_ms does not exceed request_timeout_ms: a lease can expire while its attempt runs, \
                  and another claim then sends the delivery again (a duplicate, still at least once)"
             );
         }

@@ -66,9 +66,10 @@ pub struct DispatcherSettings {
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: u32,
     /// How long a claim is held, in ms, 1 to 86,400,000 (`app::MAX_LEASE_MS`;
-    /// refused at start-up otherwise). Should exceed connect + request
-    /// timeout (a warning at start-up otherwise: a lease that expires while
-    /// its attempt runs lets another claim send it again); a crashed
+    /// refused at start-up otherwise). Should exceed `request_timeout_ms`,
+    /// which bounds a whole attempt (a warning at start-up otherwise: a lease
+    /// that expires while its attempt runs lets another claim send it
+    /// again); a crashed
     /// replica's deliveries are retried after it. Default:
     /// `connect_timeout_ms + request_timeout_ms + 15000`.
     #[serde(default)]
@@ -171,7 +172,9 @@ impl DispatcherSettings {
     }
     /// Claim lease (see [`DispatcherSettings::lease_ms`]).
     pub fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms.unwrap_or(self.connect_timeout_ms + self.request_timeout_ms + 15_000))
+        Duration::from_millis(
+            self.lease_ms.unwrap_or(self.connect_timeout_ms.saturating_add(self.request_timeout_ms).saturating_add(15_000)),
+        )
     }
     /// The reconciliation window ([`vid_deliveries::reconcile::Window`]).
     /// Negative or non-finite seconds count as 0.

@@ -880,7 +880,9 @@ async fn the_leasing_functions_refuse_bad_arguments() {
 /// READ or SERIALIZABLE the count of another holder's leases could be stale
 /// and the bound exceeded. They raise 25000 before leasing anything; a plain
 /// fan-in (no leasing, no lock) still runs there, and an explicit READ
-/// COMMITTED transaction leases as autocommit does.
+/// COMMITTED transaction leases (a short one: `now()` is the transaction's
+/// start, so a lease taken in a transaction open longer than the lease is
+/// already expired when written).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leasing_functions_refuse_a_snapshot_older_than_their_locks() {
     use vid_deliveries as store;
@@ -924,6 +926,36 @@ async fn the_leasing_functions_refuse_a_snapshot_older_than_their_locks() {
     let mut want = vec![first, second];
     want.sort();
     assert_eq!(events, want);
+}
+
+/// A database whose default isolation an operator changed does not stop
+/// delivery (issue 22, third review): every pooled connection sets READ
+/// COMMITTED (`vid_db::SESSION_SETUP`), so the leasing functions, which
+/// refuse any other isolation, still lease; a bare connection shows the
+/// database default really is REPEATABLE READ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_lease_whatever_the_database_default_isolation() {
+    use diesel_async::{AsyncConnection, AsyncPgConnection};
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (event, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 1);
+    let mut conn = w.conn().await;
+    diesel::sql_query(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = ''repeatable read''', current_database()); END $$",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let mut bare = AsyncPgConnection::establish(&w.db_url).await.unwrap();
+    let e = store::claim(&mut bare, 8, 10, 60_000).await.expect_err("a bare connection is REPEATABLE READ now");
+    assert!(refusal(e).contains("this transaction is REPEATABLE READ"));
+
+    let pool = vid_db::pool(&w.settings.database).unwrap();
+    let mut pooled = pool.get().await.unwrap();
+    let claimed = store::claim(&mut pooled, 8, 10, 60_000).await.unwrap();
+    assert_eq!(claimed.iter().map(|c| (&c.endpoint_id, &c.event_id)).collect::<Vec<_>>(), vec![(&a, &event)]);
 }
 
 /// An endpoint at its bound whose backlog is the oldest takes no place of
@@ -1026,9 +1058,22 @@ async fn a_lease_out_of_range_is_refused_at_start() {
             Ok(_) => assert!(ok, "lease_ms {lease_ms:?} was accepted"),
             Err(e) => {
                 assert!(!ok, "lease_ms {lease_ms:?} was refused: {e:#}");
-                assert!(format!("{e:#}").contains("dispatcher.lease_ms must be 1 to 86400000"), "{e:#}");
+                assert!(format!("{e:#}").contains("dispatcher.lease_ms must be 1 to 86400000 ms"), "{e:#}");
             }
         }
+    }
+    // Unset, the lease is derived from the timeouts, without overflow, and
+    // the message says so rather than naming a setting nobody set.
+    let mut settings = w.settings.clone();
+    settings.dispatcher.lease_ms = None;
+    settings.dispatcher.request_timeout_ms = u64::MAX;
+    match vid_webhook_dispatcher::Dispatcher::build(settings, no_dns()) {
+        Ok(_) => panic!("a derived lease of u64::MAX ms was accepted"),
+        Err(e) => assert!(
+            format!("{e:#}")
+                .contains("the lease (dispatcher.lease_ms unset: connect_timeout_ms + request_timeout_ms + 15000) must be 1 to"),
+            "{e:#}"
+        ),
     }
 }
 

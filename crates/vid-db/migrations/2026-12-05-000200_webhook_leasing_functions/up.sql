@@ -33,8 +33,12 @@
 -- every statement shares the transaction's first snapshot, which may predate
 -- the locks, so the count could miss another holder's committed leases and
 -- exceed the bound. A leasing call there raises invalid_transaction_state
--- (25000) before it reads anything (a plain insert, max_leases = 0, takes no
--- lock and runs under any isolation).
+-- (25000) before it reads anything (a call with max_leases = 0 leases
+-- nothing, takes no lock and runs under any isolation). vid_db's pool sets
+-- READ COMMITTED on every connection, whatever the database's default. The
+-- transaction should also be short: now() is its start, so a lease taken in
+-- a transaction open longer than lease_ms is already expired when written,
+-- and the next claim does not count it.
 --
 -- Bad arguments (NULL, a bound below 1, a negative max_leases or lease,
 -- arrays of unequal length) raise invalid_parameter_value (22023) before
@@ -69,12 +73,12 @@ BEGIN
         RAISE EXCEPTION 'webhook_deliveries_claim(per_endpoint %, max_leases %, lease_ms %): want per_endpoint >= 1, max_leases >= 0, lease_ms >= 1',
             per_endpoint, max_leases, lease_ms USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF max_leases = 0 THEN
+        RETURN;
+    END IF;
     IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
         RAISE EXCEPTION 'webhook_deliveries_claim needs READ COMMITTED (each statement a snapshot taken after the endpoint locks); this transaction is %',
             upper(current_setting('transaction_isolation')) USING ERRCODE = 'invalid_transaction_state';
-    END IF;
-    IF max_leases = 0 THEN
-        RETURN;
     END IF;
     -- 1. The locks of at most max_leases endpoints that have a due, unleased
     --    delivery, are not throttled and have a free slot (counted before the
