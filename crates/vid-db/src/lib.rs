@@ -4,14 +4,18 @@
 //! - [`migrate`]: embedded migrations, run by `api migrate` (and the k8s migration Job).
 //! - [`Pool`]: a deadpool of diesel-async connections (no libpq needed).
 //! - [`seal`]: AES-256-GCM sealing of webhook secrets at rest.
+//! - [`cached_sql_query`]: raw SQL prepared once per connection (hot statements).
 //!
 //! Ownership: every table, and for the shared delivery tables every column
 //! group, has one writing module (ARCHITECTURE.md, "Who writes what"); the
 //! delivery transitions both the api and the dispatcher perform all go through
 //! the `vid-deliveries` crate.
 
+mod cached;
 pub mod schema;
 pub mod seal;
+
+pub use cached::{cached_sql_query, CachedQuery};
 
 use anyhow::Context;
 use diesel_async::async_connection_wrapper::AsyncConnectionWrapper;
@@ -48,7 +52,11 @@ pub const POOL_RECYCLE_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// delivery leasing functions refuse any other (migration
 /// `2026-12-05-000200_webhook_leasing_functions`). A database or role whose
 /// `default_transaction_isolation` was changed by an operator would
-/// otherwise stop every webhook claim.
+/// otherwise stop every webhook claim. A session setting: it holds on a
+/// direct or session-pooled connection only (a transaction-mode pooler such
+/// as PgBouncer `pool_mode=transaction` would hand the next transaction a
+/// server connection without it; LISTEN and the migration lock need a
+/// session anyway).
 pub const SESSION_SETUP: &str = "SET default_transaction_isolation = 'read committed'";
 
 /// Builds a pool of at most `settings.pool_size` connections, with the
@@ -62,7 +70,9 @@ pub fn pool(settings: &DatabaseSettings) -> anyhow::Result<Pool> {
         let url = url.to_owned();
         Box::pin(async move {
             let mut conn = AsyncPgConnection::establish(&url).await?;
-            conn.batch_execute(SESSION_SETUP).await.map_err(diesel::ConnectionError::CouldntSetupConfiguration)?;
+            conn.batch_execute(SESSION_SETUP)
+                .await
+                .map_err(|e| diesel::ConnectionError::BadConnection(format!("running the session setup `{SESSION_SETUP}`: {e}")))?;
             Ok(conn)
         })
     });

@@ -117,7 +117,8 @@ pub struct LeaseFresh {
 /// the endpoint's free slots (counted exactly as the claim counts them) and
 /// in `$10`, and the function got that endpoint's lock without waiting
 /// ([`crate::lease::ENDPOINT_LOCK_CLASS`]).
-const INSERT_SQL: &str = "SELECT * FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+const INSERT_SQL: &str = "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until \
+     FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 
 /// A row [`INSERT_SQL`] inserted; leased when `locked_until` is set.
 #[derive(Debug, QueryableByName)]
@@ -143,7 +144,8 @@ struct Inserted {
 /// Creates the missing deliveries of the recorded events `ids`: one per
 /// endpoint matching [`MATCH`] that has none yet, in its [`initial_state`],
 /// with the event's stored payload. Ids not in `events` insert nothing.
-/// Two statements, in the caller's transaction if it has one (one `SELECT`
+/// Two statements, each prepared once per connection
+/// ([`vid_db::cached_sql_query`]), in the caller's transaction if it has one (one `SELECT`
 /// with the rule, then one multi-row insert with `ON CONFLICT (event_id,
 /// endpoint_id) DO NOTHING`, so a concurrent fan-in of the same event
 /// cannot duplicate a delivery).
@@ -194,7 +196,7 @@ async fn insert_leasing(
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let missing: Vec<Missing> = diesel::sql_query(missing_sql()).bind::<Array<Text>, _>(ids).load(conn).await?;
+    let missing: Vec<Missing> = vid_db::cached_sql_query(missing_sql()).bind::<Array<Text>, _>(ids).load(conn).await?;
     if missing.is_empty() {
         return Ok(Default::default());
     }
@@ -224,7 +226,7 @@ async fn insert_leasing(
         statuses.push(status.as_str());
         due.push(at);
     }
-    let inserted: Vec<Inserted> = diesel::sql_query(INSERT_SQL)
+    let inserted: Vec<Inserted> = vid_db::cached_sql_query(INSERT_SQL)
         .bind::<Array<Text>, _>(ids)
         .bind::<Array<Text>, _>(tenants)
         .bind::<Array<Text>, _>(endpoints)

@@ -80,12 +80,17 @@ impl Claimed {
 const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = NULL, updated_at = now() \
      WHERE status = 'pending' AND locked_until IS NOT NULL AND locked_until < now()";
 
+/// [`claim`]'s statement: the leasing function's rows, columns named (a
+/// cached statement must keep its result type).
+pub const CLAIM_SQL: &str =
+    "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until FROM webhook_deliveries_claim($1, $2, $3)";
+
 /// Claims up to `limit` due deliveries, at most `per_endpoint` in flight per
 /// endpoint counting every replica's leases, oldest due first; the lease
 /// runs `lease_ms` milliseconds.
 ///
-/// One round trip: `SELECT * FROM webhook_deliveries_claim($1, $2, $3)`
-/// ([`LEASING_FUNCTIONS`]), in autocommit (or the caller's short READ
+/// One round trip: [`CLAIM_SQL`] ([`LEASING_FUNCTIONS`]), prepared once
+/// per connection ([`vid_db::cached_sql_query`]), in autocommit (or the caller's short READ
 /// COMMITTED transaction: then the endpoint locks are held until it ends, and an
 /// error here aborts it). It takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
 /// endpoints with due deliveries, skipping any another replica's claim or
@@ -115,7 +120,7 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// inside a REPEATABLE READ or SERIALIZABLE transaction:
 /// `invalid_transaction_state` (SQLSTATE 25000).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
-    diesel::sql_query("SELECT * FROM webhook_deliveries_claim($1, $2, $3)")
+    vid_db::cached_sql_query(CLAIM_SQL)
         .bind::<BigInt, _>(i64::from(per_endpoint))
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<BigInt, _>(lease_ms)

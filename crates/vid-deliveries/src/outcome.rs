@@ -189,7 +189,8 @@ SELECT count(*) AS updated FROM updated
 pub const HEALTH_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Records successful attempts in ONE statement (so one round trip and one
-/// commit for a whole batch): their `webhook_attempts` rows, their
+/// commit for a whole batch; prepared once per connection,
+/// [`vid_db::cached_sql_query`]): their `webhook_attempts` rows, their
 /// deliveries `succeeded` (only where the lease is still the claim token),
 /// and the health of their endpoints reset (`last_success_at`,
 /// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
@@ -216,7 +217,7 @@ pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, A
         #[diesel(sql_type = BigInt)]
         updated: i64,
     }
-    let count: Count = diesel::sql_query(RECORD_SUCCESSES_SQL)
+    let count: Count = vid_db::cached_sql_query(RECORD_SUCCESSES_SQL)
         .bind::<Array<Text>, _>(attempt_ids)
         .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.id.as_str()).collect::<Vec<_>>())
         .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.endpoint_id.as_str()).collect::<Vec<_>>())

@@ -104,9 +104,7 @@ impl Receiver {
                 attempts += 1;
                 let exit = consume(&pool, &options, &task_stats).await;
                 match exit {
-                    Err(error)
-                        if task_stats.snapshot().received == 0 && attempts < 20 && format!("{error:#}").contains("INTERNAL_ERROR") =>
-                    {
+                    Err(error) if task_stats.snapshot().received == 0 && attempts < 20 && is_internal_error(&error) => {
                         eprintln!("consumer failed before receiving anything (attempt {attempts}); retrying: {error:#}");
                         tokio::time::sleep(Duration::from_millis(250)).await;
                     }
@@ -617,4 +615,26 @@ async fn a_database_outage_is_waited_out_without_spending_deliveries() {
     assert_eq!(r.dead_lettered().await, 0);
     assert_eq!(r.video("vid_o").await, Some(("ready".into(), 1)));
     r.cleanup().await;
+}
+
+/// Whether `error` carries RabbitMQ's reply code 541 `INTERNAL_ERROR`
+/// (AMQP 0-9-1 hard error; lapin names it `INTERNAL-ERROR`), found by type in
+/// the error's chain rather than by its text.
+fn is_internal_error(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| matches!(cause.downcast_ref::<lapin::Error>(), Some(lapin::Error::ProtocolError(amqp)) if amqp.get_id() == 541))
+}
+
+#[test]
+fn the_consumer_retry_recognises_541_by_code_under_context() {
+    use lapin::protocol::AMQPError;
+    let from = |id: u16, text: &str| AMQPError::from_id(id, text.into()).expect("a known AMQP reply code");
+    let internal = anyhow::Error::new(lapin::Error::ProtocolError(from(541, "INTERNAL_ERROR - timed out consuming")))
+        .context("subscribing to webhook-receiver.events");
+    assert!(is_internal_error(&internal), "{internal:#}");
+    // Another code whose text mentions INTERNAL_ERROR is not retried; nor is a plain message.
+    let not_found = anyhow::Error::new(lapin::Error::ProtocolError(from(404, "NOT_FOUND - INTERNAL_ERROR"))).context("subscribing");
+    assert!(!is_internal_error(&not_found), "{not_found:#}");
+    assert!(!is_internal_error(&anyhow::anyhow!("INTERNAL_ERROR")));
 }

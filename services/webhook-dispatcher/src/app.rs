@@ -39,6 +39,15 @@ pub const MAX_BATCH_SIZE: u32 = 512;
 /// them; anything longer is a misconfiguration.
 pub const MAX_LEASE_MS: u128 = 86_400_000;
 
+/// Milliseconds a lease should have beyond `request_timeout_ms` (which
+/// bounds a whole attempt, connect included) for the time from the claim's
+/// commit to the attempt's start (slots are taken before claiming, so this is
+/// short) and from its end to the recorded outcome (a pooled connection and
+/// one statement under normal load; a database slower than that may still
+/// outlast it, and a lost lease then means a duplicate, never a loss). A
+/// shorter lease is allowed and logged as a warning.
+pub const LEASE_MARGIN_MS: u128 = 5_000;
+
 impl Dispatcher {
     /// Checks the settings and binds `dispatcher.health_listen` (port 0 picks
     /// a free one). Nothing else is contacted yet.
@@ -49,8 +58,9 @@ impl Dispatcher {
     /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
     /// an empty retry schedule, a `batch_size` of 0 or above
     /// [`MAX_BATCH_SIZE`], a `lease_ms` of 0 or above [`MAX_LEASE_MS`], an
-    /// unbindable address. A lease no longer than the request timeout (a
-    /// whole attempt's bound) is logged as a warning (allowed: tests shorten it on purpose).
+    /// unbindable address. A lease shorter than the request timeout (a whole
+    /// attempt's bound) plus [`LEASE_MARGIN_MS`] is logged as a warning
+    /// (allowed: tests shorten it on purpose).
     pub fn build(settings: Settings, resolver: Arc<dyn Resolve>) -> anyhow::Result<Self> {
         SealingKey::from_hex(settings.webhooks.secret_key.expose_secret())
             .context("webhooks.secret_key must be 64 hex characters (set VID__WEBHOOKS__SECRET_KEY)")?;
@@ -75,12 +85,13 @@ impl Dispatcher {
         anyhow::ensure!((1..=MAX_LEASE_MS).contains(&lease_ms), "{lease_from} must be 1 to {MAX_LEASE_MS} ms, not {lease_ms}");
         // request_timeout bounds a whole attempt, connect included.
         let attempt_ms = u128::from(settings.dispatcher.request_timeout_ms);
-        if lease_ms <= attempt_ms {
+        if lease_ms < attempt_ms + LEASE_MARGIN_MS {
             tracing::warn!(
                 lease_ms,
                 request_timeout_ms = attempt_ms,
-                "dispatcher.lease_ms does not exceed request_timeout_ms: a lease can expire while its attempt runs, \
-                 and another claim then sends the delivery again (a duplicate, still at least once)"
+                margin_ms = LEASE_MARGIN_MS,
+                "dispatcher.lease_ms is shorter than request_timeout_ms plus a margin for recording the outcome: a lease can expire while its attempt runs, and another claim then sends the delivery \
+                 again (a duplicate, still at least once)"
             );
         }
         settings.amqp.check()?;

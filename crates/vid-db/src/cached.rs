@@ -1,0 +1,156 @@
+//! Raw SQL that is prepared once per connection ([`cached_sql_query`]).
+//!
+//! diesel's `sql_query` marks itself unsafe to cache, so diesel-async
+//! prepares it afresh at every call: a Parse/Describe round trip before the
+//! Bind/Execute one, and PostgreSQL parses, analyses and plans the text
+//! again each time. For a statement the dispatcher runs hundreds of times a
+//! second (a claim, a fan-in, a batch of recorded successes: CTEs over
+//! `unnest` of ten arrays), that work was a measurable share of the
+//! database's time (issue 22). A [`CachedQuery`] is the same text and the
+//! same binds, kept in diesel-async's per-connection statement cache (keyed
+//! by the SQL and its bind types): later calls send Bind/Execute only, and
+//! after five runs PostgreSQL may switch the prepared statement to a generic
+//! plan (`plan_cache_mode = auto`, PostgreSQL docs, "PREPARE").
+
+use std::borrow::Cow;
+
+use diesel::expression::AsExpression;
+use diesel::pg::Pg;
+use diesel::query_builder::{AstPass, Query, QueryFragment, QueryId};
+use diesel::result::QueryResult;
+use diesel::sql_types::{SqlType, Untyped};
+
+/// A raw SQL statement with its binds, cached as a prepared statement on
+/// each connection that runs it. Build it with [`cached_sql_query`] and
+/// [`CachedQuery::bind`]; run it with diesel-async's `RunQueryDsl`
+/// (`execute`, `load`, `get_result`), loading rows into `QueryableByName`
+/// types as `sql_query` does.
+///
+/// Rules for the SQL text, checked when it is run (a mistake is a
+/// [`diesel::result::Error::QueryBuilderError`], never a wrong statement):
+/// - placeholders are `$1`, `$2`, … in the order their binds are added, each
+///   written exactly once (the k-th bind is written where `$k` stands);
+/// - no other `$` followed by a digit (no dollar-quoted bodies);
+/// - name the result columns (no `SELECT *`): PostgreSQL refuses to run a
+///   cached statement whose result type changed since it was prepared
+///   (SQLSTATE 0A000, "cached plan must not change result type"), which a
+///   migration adding a column would otherwise cause on every open
+///   connection.
+pub struct CachedQuery<'a> {
+    sql: Cow<'static, str>,
+    binds: Vec<Box<dyn QueryFragment<Pg> + Send + 'a>>,
+}
+
+/// Starts a [`CachedQuery`] of `sql` (see its rules), with no binds yet.
+pub fn cached_sql_query(sql: impl Into<Cow<'static, str>>) -> CachedQuery<'static> {
+    CachedQuery { sql: sql.into(), binds: Vec::new() }
+}
+
+impl<'a> CachedQuery<'a> {
+    /// Adds the next bind (`$n` for the n-th), of SQL type `ST`, as
+    /// `SqlQuery::bind` does.
+    pub fn bind<ST, V>(self, value: V) -> CachedQuery<'a>
+    where
+        ST: SqlType + diesel::sql_types::SingleValue,
+        V: AsExpression<ST>,
+        V::Expression: QueryFragment<Pg> + Send + 'a,
+    {
+        let CachedQuery { sql, mut binds } = self;
+        binds.push(Box::new(value.as_expression()));
+        CachedQuery { sql, binds }
+    }
+
+    /// The text between placeholders: `pieces[0]`, `$1`, `pieces[1]`, `$2`,
+    /// … (one more piece than binds). Errors as the type's rules say.
+    fn pieces(&self) -> Result<Vec<&str>, String> {
+        let sql = self.sql.as_ref();
+        let bytes = sql.as_bytes();
+        let (mut pieces, mut start, mut i) = (Vec::with_capacity(self.binds.len() + 1), 0, 0);
+        while i < bytes.len() {
+            if bytes[i] == b'$' && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                let digits = bytes[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+                let n: usize = sql[i + 1..i + 1 + digits].parse().map_err(|e| format!("placeholder at byte {i}: {e}"))?;
+                if n != pieces.len() + 1 {
+                    return Err(format!(
+                        "placeholder ${n} at byte {i}: expected ${} (placeholders in bind order, each once)",
+                        pieces.len() + 1
+                    ));
+                }
+                pieces.push(&sql[start..i]);
+                i += 1 + digits;
+                start = i;
+            } else {
+                i += 1;
+            }
+        }
+        if pieces.len() != self.binds.len() {
+            return Err(format!("{} placeholder(s) for {} bind(s)", pieces.len(), self.binds.len()));
+        }
+        pieces.push(&sql[start..]);
+        Ok(pieces)
+    }
+}
+
+impl QueryFragment<Pg> for CachedQuery<'_> {
+    fn walk_ast<'b>(&'b self, mut out: AstPass<'_, 'b, Pg>) -> QueryResult<()> {
+        let pieces = self.pieces().map_err(|e| diesel::result::Error::QueryBuilderError(format!("cached_sql_query: {e}").into()))?;
+        let mut binds = self.binds.iter();
+        for (i, piece) in pieces.iter().enumerate() {
+            out.push_sql(piece);
+            if i + 1 < pieces.len() {
+                // Written as `$k`, k counting the binds pushed so far.
+                binds.next().expect("one bind per placeholder").walk_ast(out.reborrow())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl QueryId for CachedQuery<'_> {
+    type QueryId = ();
+    // Not static: diesel-async keys the cache by the SQL text and bind types.
+    const HAS_STATIC_QUERY_ID: bool = false;
+}
+
+impl Query for CachedQuery<'_> {
+    type SqlType = Untyped;
+}
+
+#[cfg(test)]
+mod tests {
+    use diesel::sql_types::{BigInt, Text};
+
+    use super::*;
+
+    fn sql_of(q: &CachedQuery<'_>) -> QueryResult<String> {
+        diesel::debug_query::<Pg, _>(q).to_string().split(" -- binds").next().map(str::to_owned).ok_or(diesel::result::Error::NotFound)
+    }
+
+    #[test]
+    fn the_statement_is_the_text_with_its_binds_in_place() {
+        let q = cached_sql_query("SELECT $1::bigint AS a, $2 AS b WHERE x = '$'").bind::<BigInt, _>(7i64).bind::<Text, _>("t");
+        assert_eq!(sql_of(&q).unwrap(), "SELECT $1::bigint AS a, $2 AS b WHERE x = '$'");
+        assert!(q.is_safe_to_cache_prepared(&Pg).unwrap(), "the point of the type");
+        let q = cached_sql_query("SELECT 1");
+        assert_eq!(sql_of(&q).unwrap(), "SELECT 1");
+    }
+
+    #[test]
+    fn misplaced_or_missing_placeholders_are_refused() {
+        let refused = |q: CachedQuery<'_>| {
+            let mut sql = String::new();
+            let mut builder = diesel::pg::PgQueryBuilder::default();
+            let e = q.to_sql(&mut builder, &Pg).expect_err("refused");
+            sql.push_str(&e.to_string());
+            sql
+        };
+        let e = refused(cached_sql_query("SELECT $2, $1").bind::<BigInt, _>(1i64).bind::<BigInt, _>(2i64));
+        assert!(e.contains("placeholder $2 at byte 7: expected $1"), "{e}");
+        let e = refused(cached_sql_query("SELECT $1, $1").bind::<BigInt, _>(1i64));
+        assert!(e.contains("placeholder $1 at byte 11: expected $2"), "{e}");
+        let e = refused(cached_sql_query("SELECT $1").bind::<BigInt, _>(1i64).bind::<BigInt, _>(2i64));
+        assert!(e.contains("1 placeholder(s) for 2 bind(s)"), "{e}");
+        let e = refused(cached_sql_query("SELECT $1, $2").bind::<BigInt, _>(1i64));
+        assert!(e.contains("2 placeholder(s) for 1 bind(s)"), "{e}");
+    }
+}
