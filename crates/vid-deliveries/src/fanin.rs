@@ -85,12 +85,20 @@ pub struct FannedIn {
 /// (event id, endpoint id), so every fan-in inserts (and locks) its pairs in
 /// the same order: the message fan-in and the reconciliation inserting
 /// overlapping pairs at once wait for each other instead of deadlocking.
+///
+/// The events are read by primary key first (a `MATERIALIZED` CTE), so the
+/// cost is the batch's, never the tenant's history: joined directly, the
+/// planner ANDed the `events_pkey` probe with a bitmap scan of
+/// `events_tenant_created` over every event of the tenant since the
+/// endpoint's creation (43,584 index entries for a batch of 64 after one
+/// bench run; 18 ms a call at 16,000 deliveries, issue 22).
 pub fn missing_sql() -> String {
     format!(
-        "SELECT e.id AS event_id, e.tenant_id, e.event_type, e.payload, w.id AS endpoint_id, w.status \
-         FROM events e JOIN webhook_endpoints w ON {MATCH} \
-         WHERE e.id = ANY($1) \
-           AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.endpoint_id = w.id) \
+        "WITH e AS MATERIALIZED ( \
+             SELECT id, tenant_id, event_type, payload, created_at, resource_id FROM events WHERE id = ANY($1)) \
+         SELECT e.id AS event_id, e.tenant_id, e.event_type, e.payload, w.id AS endpoint_id, w.status \
+         FROM e JOIN webhook_endpoints w ON {MATCH} \
+         WHERE NOT EXISTS (SELECT 1 FROM webhook_deliveries d WHERE d.event_id = e.id AND d.endpoint_id = w.id) \
          ORDER BY e.id, w.id"
     )
 }

@@ -38,7 +38,15 @@ pub const ENDPOINT_LOCK_CLASS: i32 = 0x7668_6b64; // "vhkd"
 /// leases), and short (`now()` is its start: a lease written by a
 /// transaction open longer than the lease is expired at once).
 /// `vid_db::pool` sets READ COMMITTED on every connection.
+/// The claim defined there has since been replaced by [`CLAIM_FUNCTION`].
 pub const LEASING_FUNCTIONS: &str = include_str!("../../vid-db/migrations/2026-12-05-000200_webhook_leasing_functions/up.sql");
+
+/// The migration that replaces `webhook_deliveries_claim` with its current
+/// form: [`LEASING_FUNCTIONS`]' claim, whose UPDATE looks the chosen rows up
+/// by primary key rather than through the partial index
+/// `webhook_deliveries_claimable` (statistics taken before a backlog made
+/// that plan read the whole backlog on every claim: O(backlog × batch)).
+pub const CLAIM_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-05-000210_webhook_claim_by_primary_key/up.sql");
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -89,7 +97,7 @@ pub const CLAIM_SQL: &str =
 /// endpoint counting every replica's leases, oldest due first; the lease
 /// runs `lease_ms` milliseconds.
 ///
-/// One round trip: [`CLAIM_SQL`] ([`LEASING_FUNCTIONS`]), prepared once
+/// One round trip: [`CLAIM_SQL`] ([`CLAIM_FUNCTION`]), prepared once
 /// per connection ([`vid_db::cached_sql_query`]), in autocommit (or the caller's short READ
 /// COMMITTED transaction: then the endpoint locks are held until it ends, and an
 /// error here aborts it). It takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
@@ -180,7 +188,7 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [LEASING_FUNCTIONS, RELEASE_EXPIRED_SQL] {
+        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, RELEASE_EXPIRED_SQL] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
@@ -195,6 +203,8 @@ mod tests {
         let insert = claim.find("CREATE FUNCTION webhook_deliveries_insert_leasing").unwrap();
         assert!(claim[..insert].contains("SET lock_timeout = '2s'"));
         assert!(!claim[insert..].contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
+        assert!(CLAIM_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_claim("));
+        assert!(CLAIM_FUNCTION.contains("SET lock_timeout = '2s'"), "the replaced claim keeps its bound");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
@@ -203,5 +213,8 @@ mod tests {
         let calls = LEASING_FUNCTIONS.matches("pg_try_advisory_xact_lock(").count();
         let ours = LEASING_FUNCTIONS.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
         assert_eq!((calls, ours), (2, 2));
+        let calls = CLAIM_FUNCTION.matches("pg_try_advisory_xact_lock(").count();
+        let ours = CLAIM_FUNCTION.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
+        assert_eq!((calls, ours), (1, 1));
     }
 }

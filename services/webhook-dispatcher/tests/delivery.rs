@@ -1149,3 +1149,70 @@ fn ok_attempt() -> vid_deliveries::AttemptRecord {
         retry_in: None,
     }
 }
+
+/// Index entries `webhook_deliveries_claimable` has returned to scans so far
+/// (`pg_stat_user_indexes.idx_tup_read`), after flushing this session's
+/// pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
+async fn claimable_index_reads(conn: &mut diesel_async::AsyncPgConnection) -> i64 {
+    #[derive(QueryableByName)]
+    struct Reads {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
+    let r: Reads =
+        diesel::sql_query("SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = 'webhook_deliveries_claimable'")
+            .get_result(conn)
+            .await
+            .unwrap();
+    r.n
+}
+
+/// A claim over a backlog the statistics never saw reads only what it
+/// leases (issue 22, found at EVENTS=16000 in the bench): statistics taken
+/// while nothing was claimable made the planner believe the partial index
+/// `webhook_deliveries_claimable` held one row, and the claim's UPDATE
+/// scanned all of it for every claim (O(backlog × batch)). Migration
+/// `2026-12-05-000210` looks the chosen rows up by primary key; here 64 of
+/// 20,000 due deliveries are leased reading a few hundred index entries at
+/// most, oldest first, and a second claim leases none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_over_an_unseen_backlog_reads_only_what_it_leases() {
+    use vid_deliveries as store;
+    const BACKLOG: i64 = 20_000;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let mut conn = w.conn().await;
+    diesel::sql_query("ANALYZE webhook_deliveries").execute(&mut conn).await.unwrap();
+    diesel::sql_query(
+        "INSERT INTO events (id, tenant_id, event_type, resource_id, payload) \
+         SELECT 'evt_' || lpad(i::text, 26, '0'), $1, 'video.ready', 'vid_x', '{}' FROM generate_series(1, $2) i",
+    )
+    .bind::<diesel::sql_types::Text, _>(&w.tenant)
+    .bind::<diesel::sql_types::BigInt, _>(BACKLOG)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    diesel::sql_query(
+        "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at) \
+         SELECT 'dlv_' || substr(e.id, 5), e.tenant_id, $1, e.id, e.event_type, e.payload, 'pending', \
+                now() - interval '1 hour' + substr(e.id, 5)::int * interval '1 millisecond' FROM events e",
+    )
+    .bind::<diesel::sql_types::Text, _>(a.as_str())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    let before = claimable_index_reads(&mut conn).await;
+    let claimed = store::claim(&mut conn, 64, 64, 60_000).await.unwrap();
+    let read = claimable_index_reads(&mut conn).await - before;
+    let mut ids: Vec<String> = claimed.iter().map(|c| c.id.to_string()).collect();
+    ids.sort();
+    let oldest: Vec<String> = (1..=64).map(|i| format!("dlv_{i:026}")).collect();
+    assert_eq!(ids, oldest, "the 64 oldest due are leased");
+    assert!(read < 1_000, "the claim read {read} entries of the claimable index for 64 leases (backlog {BACKLOG})");
+
+    let again = store::claim(&mut conn, 128, 64, 60_000).await.unwrap();
+    assert_eq!(again.len(), 64);
+    assert!(again.iter().all(|c| !oldest.contains(&c.id.to_string())), "a leased delivery is not leased again");
+}

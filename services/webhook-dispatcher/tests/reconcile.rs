@@ -297,5 +297,16 @@ async fn reconciliation_over_100k_events_is_cheap() {
     let plan = explain(&mut conn, &vid_deliveries::fanin::missing_sql().replace("$1", batch)).await;
     println!("fan-in of 1000 fanned-in events:\n{plan}");
     assert!(!plan.contains("Seq Scan on events"), "events by primary key:\n{plan}");
+
+    // The message fan-in's common case: a batch of 64 of the newest events,
+    // after the endpoint, their ids known to the planner as the bound array
+    // of a custom plan is.
+    diesel::sql_query("UPDATE webhook_endpoints SET created_at = now() - interval '3 hours'").execute(&mut conn).await.unwrap();
+    let newest: Vec<String> = events::table.order(events::created_at.desc()).select(events::id).limit(64).load(&mut conn).await.unwrap();
+    let batch = format!("'{{{}}}'::text[]", newest.join(","));
+    let plan = explain(&mut conn, &vid_deliveries::fanin::missing_sql().replace("$1", &batch)).await;
+    println!("fan-in of 64 new events:\n{plan}");
+    assert!(!plan.contains("events_tenant_created"), "never a scan of the tenant's event history:\n{plan}");
+    assert!(plan.contains("events_pkey"), "events by primary key:\n{plan}");
     assert!(!plan.contains("Seq Scan on webhook_deliveries"), "deliveries by their unique key:\n{plan}");
 }
