@@ -103,6 +103,9 @@ pub fn missing_sql() -> String {
     )
 }
 
+/// [`missing_sql`], built once (a cached statement's text is `'static`).
+static MISSING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(missing_sql);
+
 /// Leasing the new deliveries of a fan-in in its own insert ([`fan_in_leasing`]):
 /// what the caller's claim would have asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +207,7 @@ async fn insert_leasing(
     if ids.is_empty() {
         return Ok(Default::default());
     }
-    let missing: Vec<Missing> = vid_db::cached_sql_query(missing_sql()).bind::<Array<Text>, _>(ids).load(conn).await?;
+    let missing: Vec<Missing> = vid_db::cached_sql_query(MISSING_SQL.as_str()).bind::<Array<Text>, _>(ids).load(conn).await?;
     if missing.is_empty() {
         return Ok(Default::default());
     }

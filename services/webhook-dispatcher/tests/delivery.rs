@@ -1150,22 +1150,31 @@ fn ok_attempt() -> vid_deliveries::AttemptRecord {
     }
 }
 
-/// Index entries `webhook_deliveries_claimable` has returned to scans so far
-/// (`pg_stat_user_indexes.idx_tup_read`), after flushing this session's
-/// pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
-async fn claimable_index_reads(conn: &mut diesel_async::AsyncPgConnection) -> i64 {
+/// What scans of `webhook_deliveries` have read so far, after flushing this
+/// session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL
+/// 15): (entries returned by the partial index `webhook_deliveries_claimable`
+/// (`pg_stat_user_indexes.idx_tup_read`), rows read by sequential scans of
+/// the table, automatic analyses of the table).
+async fn delivery_reads(conn: &mut diesel_async::AsyncPgConnection) -> (i64, i64, i64) {
     #[derive(QueryableByName)]
     struct Reads {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
+        index: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        seq: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        autoanalyze: i64,
     }
     diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
-    let r: Reads =
-        diesel::sql_query("SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = 'webhook_deliveries_claimable'")
-            .get_result(conn)
-            .await
-            .unwrap();
-    r.n
+    let r: Reads = diesel::sql_query(
+        "SELECT i.idx_tup_read AS index, t.seq_tup_read AS seq, t.autoanalyze_count AS autoanalyze \
+         FROM pg_stat_user_indexes i JOIN pg_stat_user_tables t ON t.relid = i.relid \
+         WHERE i.indexrelname = 'webhook_deliveries_claimable'",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    (r.index, r.seq, r.autoanalyze)
 }
 
 /// A claim over a backlog the statistics never saw reads only what it
@@ -1184,6 +1193,8 @@ async fn a_claim_over_an_unseen_backlog_reads_only_what_it_leases() {
     let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
     let mut conn = w.conn().await;
     diesel::sql_query("ANALYZE webhook_deliveries").execute(&mut conn).await.unwrap();
+    // No automatic analysis may see the backlog before the claim does.
+    diesel::sql_query("ALTER TABLE webhook_deliveries SET (autovacuum_enabled = off)").execute(&mut conn).await.unwrap();
     diesel::sql_query(
         "INSERT INTO events (id, tenant_id, event_type, resource_id, payload) \
          SELECT 'evt_' || lpad(i::text, 26, '0'), $1, 'video.ready', 'vid_x', '{}' FROM generate_series(1, $2) i",
@@ -1203,9 +1214,12 @@ async fn a_claim_over_an_unseen_backlog_reads_only_what_it_leases() {
     .await
     .unwrap();
 
-    let before = claimable_index_reads(&mut conn).await;
+    let before = delivery_reads(&mut conn).await;
     let claimed = store::claim(&mut conn, 64, 64, 60_000).await.unwrap();
-    let read = claimable_index_reads(&mut conn).await - before;
+    let after = delivery_reads(&mut conn).await;
+    let (read, scanned) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(after.2, 0, "no automatic analysis ran: the statistics predate the backlog");
+    assert_eq!(scanned, 0, "no sequential scan of the table");
     let mut ids: Vec<String> = claimed.iter().map(|c| c.id.to_string()).collect();
     ids.sort();
     let oldest: Vec<String> = (1..=64).map(|i| format!("dlv_{i:026}")).collect();
