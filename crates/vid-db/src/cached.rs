@@ -190,6 +190,12 @@ mod tests {
         diesel::debug_query::<Pg, _>(q).to_string().split(" -- binds").next().map(str::to_owned).ok_or(diesel::result::Error::NotFound)
     }
 
+    /// The builder's error for `q`, which must be refused.
+    fn refused(q: CachedQuery<'_>) -> String {
+        let mut builder = diesel::pg::PgQueryBuilder::default();
+        q.to_sql(&mut builder, &Pg).expect_err("refused").to_string()
+    }
+
     #[test]
     fn the_statement_is_the_text_with_its_binds_in_place() {
         let q = cached_sql_query("SELECT $1::bigint AS a, $2 AS b WHERE x = '$'").bind::<BigInt, _>(7i64).bind::<Text, _>("t");
@@ -201,13 +207,6 @@ mod tests {
 
     #[test]
     fn misplaced_or_missing_placeholders_are_refused() {
-        let refused = |q: CachedQuery<'_>| {
-            let mut sql = String::new();
-            let mut builder = diesel::pg::PgQueryBuilder::default();
-            let e = q.to_sql(&mut builder, &Pg).expect_err("refused");
-            sql.push_str(&e.to_string());
-            sql
-        };
         let e = refused(cached_sql_query("SELECT $2, $1").bind::<BigInt, _>(1i64).bind::<BigInt, _>(2i64));
         assert!(e.contains("placeholder $2 at byte 7: expected $1"), "{e}");
         let e = refused(cached_sql_query("SELECT $1, $1").bind::<BigInt, _>(1i64));
@@ -224,10 +223,6 @@ mod tests {
     /// unterminated quotes or comments are refused.
     #[test]
     fn placeholders_are_found_outside_literals_and_comments_only() {
-        let refused = |q: CachedQuery<'_>| {
-            let mut builder = diesel::pg::PgQueryBuilder::default();
-            q.to_sql(&mut builder, &Pg).expect_err("refused").to_string()
-        };
         let two = |sql: &'static str| cached_sql_query(sql).bind::<BigInt, _>(1i64).bind::<BigInt, _>(2i64);
         for sql in [
             "SELECT $1 AS a -- was $2",

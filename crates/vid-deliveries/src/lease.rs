@@ -210,11 +210,10 @@ mod tests {
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
     #[test]
     fn the_functions_name_the_lock_class() {
-        let calls = LEASING_FUNCTIONS.matches("pg_try_advisory_xact_lock(").count();
-        let ours = LEASING_FUNCTIONS.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
-        assert_eq!((calls, ours), (2, 2));
-        let calls = CLAIM_FUNCTION.matches("pg_try_advisory_xact_lock(").count();
-        let ours = CLAIM_FUNCTION.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
-        assert_eq!((calls, ours), (1, 1));
+        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1)] {
+            let calls = sql.matches("pg_try_advisory_xact_lock(").count();
+            let ours = sql.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
+            assert_eq!((calls, ours), (locks, locks));
+        }
     }
 }
