@@ -48,6 +48,12 @@ pub const LEASING_FUNCTIONS: &str = include_str!("../../vid-db/migrations/2026-1
 /// that plan read the whole backlog on every claim: O(backlog × batch)).
 pub const CLAIM_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-05-000210_webhook_claim_by_primary_key/up.sql");
 
+/// The migration that adds the claim that leaves out the caller's leases
+/// whose requests are over ([`claim_answered`]): the five-argument
+/// `webhook_deliveries_claim`, [`CLAIM_FUNCTION`]'s claim otherwise. The
+/// three-argument one stays for replicas of the previous release.
+pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-05-000220_webhook_claim_answered/up.sql");
+
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Claimed {
@@ -89,15 +95,16 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
      WHERE status = 'pending' AND locked_until IS NOT NULL AND locked_until < now()";
 
 /// [`claim`]'s statement: the leasing function's rows, columns named (a
-/// cached statement must keep its result type).
-pub const CLAIM_SQL: &str =
-    "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until FROM webhook_deliveries_claim($1, $2, $3)";
+/// cached statement must keep its result type). `$4`/`$5`: the caller's
+/// leases whose requests are over ([`claim_answered`]).
+pub const CLAIM_SQL: &str = "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until \
+     FROM webhook_deliveries_claim($1, $2, $3, $4, $5)";
 
 /// Claims up to `limit` due deliveries, at most `per_endpoint` in flight per
 /// endpoint counting every replica's leases, oldest due first; the lease
 /// runs `lease_ms` milliseconds.
 ///
-/// One round trip: [`CLAIM_SQL`] ([`CLAIM_FUNCTION`]), prepared once
+/// One round trip: [`CLAIM_SQL`] (the five-argument function of [`CLAIM_ANSWERED_FUNCTION`], which is [`CLAIM_FUNCTION`]'s claim when nothing is answered), prepared once
 /// per connection ([`vid_db::cached_sql_query`]), in autocommit (or the caller's short READ
 /// COMMITTED transaction: then the endpoint locks are held until it ends, and an
 /// error here aborts it). It takes the per-endpoint locks ([`ENDPOINT_LOCK_CLASS`]) of up to `limit`
@@ -128,10 +135,38 @@ pub const CLAIM_SQL: &str =
 /// inside a REPEATABLE READ or SERIALIZABLE transaction:
 /// `invalid_transaction_state` (SQLSTATE 25000).
 pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, lease_ms: i64) -> QueryResult<Vec<Claimed>> {
+    claim_answered(conn, per_endpoint, limit, lease_ms, &[]).await
+}
+
+/// [`claim`], with the bound counting requests open at the receiver rather
+/// than outcomes not yet written: `answered` are leases of the caller's
+/// (delivery id, claim token) whose attempt is over (answered, or given up
+/// on) and whose outcome is not recorded yet. Each endpoint's count of
+/// leases leaves out those that are, in the count's own snapshot, still
+/// exactly that lease (same token, `pending`, unexpired), so a stale or
+/// wrong entry frees nothing: a lease expired, recorded or taken by another
+/// replica meanwhile counts as before. Every replica leaves out only its
+/// own, so the requests open at an endpoint never exceed its bound; the
+/// table may hold up to the bound plus the caller's answered leases of it
+/// (at most its `max_in_flight`). One round trip, [`CLAIM_SQL`]
+/// ([`CLAIM_ANSWERED_FUNCTION`]); an empty `answered` is [`claim`].
+///
+/// Errors: as [`claim`].
+pub async fn claim_answered(
+    conn: &mut AsyncPgConnection,
+    per_endpoint: i32,
+    limit: i32,
+    lease_ms: i64,
+    answered: &[(DeliveryId, DateTime<Utc>)],
+) -> QueryResult<Vec<Claimed>> {
+    let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
+    let tokens: Vec<DateTime<Utc>> = answered.iter().map(|(_, token)| *token).collect();
     vid_db::cached_sql_query(CLAIM_SQL)
         .bind::<BigInt, _>(i64::from(per_endpoint))
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<BigInt, _>(lease_ms)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Timestamptz>, _>(tokens)
         .load(conn)
         .await
 }
@@ -188,7 +223,7 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, RELEASE_EXPIRED_SQL] {
+        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, CLAIM_ANSWERED_FUNCTION, RELEASE_EXPIRED_SQL] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
@@ -205,12 +240,13 @@ mod tests {
         assert!(!claim[insert..].contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
         assert!(CLAIM_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_claim("));
         assert!(CLAIM_FUNCTION.contains("SET lock_timeout = '2s'"), "the replaced claim keeps its bound");
+        assert!(CLAIM_ANSWERED_FUNCTION.contains("SET lock_timeout = '2s'"), "the five-argument claim too");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
     #[test]
     fn the_functions_name_the_lock_class() {
-        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1)] {
+        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1), (CLAIM_ANSWERED_FUNCTION, 1)] {
             let calls = sql.matches("pg_try_advisory_xact_lock(").count();
             let ours = sql.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
             assert_eq!((calls, ours), (locks, locks));

@@ -985,6 +985,68 @@ async fn a_full_endpoint_with_the_oldest_backlog_does_not_crowd_out_others() {
     assert!(store::claim(&mut conn, 1, 1, 60_000).await.unwrap().is_empty(), "both at their bound");
 }
 
+/// The bound counts requests open at the receiver (issue 22, 2026-12-05
+/// night): a claim leaves out the caller's leases whose attempt is over but
+/// not yet recorded, each only while it is still that very lease. A wrong
+/// token or a lease recorded meanwhile frees nothing, and bad arrays are
+/// refused before anything is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_leaves_out_the_callers_answered_leases_only() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    for _ in 0..6 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 1);
+    }
+    let mut conn = w.conn().await;
+    let bound = 2;
+    let first = store::claim(&mut conn, bound, 10, 60_000).await.unwrap();
+    assert_eq!(first.len(), 2);
+    assert!(store::claim(&mut conn, bound, 10, 60_000).await.unwrap().is_empty(), "at its bound");
+    let lease = |c: &store::Claimed| (c.id.clone(), c.locked_until);
+
+    // A delivery listed twice counts once.
+    let twice = [lease(&first[0]), lease(&first[0])];
+    let one = store::claim_answered(&mut conn, bound, 10, 60_000, &twice).await.unwrap();
+    assert_eq!(one.len(), 1, "a repeated entry freed two slots: {one:?}");
+    let batch = vec![(one[0].clone(), ok_attempt())];
+    assert_eq!(store::record_successes(&mut conn, &batch, bound).await.unwrap(), 1, "back to the two of `first`");
+
+    // A wrong token (a lease lost meanwhile) frees no slot.
+    let stale = (first[0].id.clone(), first[0].locked_until + chrono::Duration::milliseconds(1));
+    assert!(store::claim_answered(&mut conn, bound, 10, 60_000, &[stale]).await.unwrap().is_empty(), "a stale token counted as over");
+
+    // One attempt over: exactly one more, so two requests are open again.
+    let more = store::claim_answered(&mut conn, bound, 10, 60_000, &[lease(&first[0])]).await.unwrap();
+    assert_eq!(more.len(), 1, "{more:?}");
+    assert!(store::claim_answered(&mut conn, bound, 10, 60_000, &[lease(&first[0])]).await.unwrap().is_empty(), "still two open");
+
+    // Once recorded, the same entry is stale: the table holds two leases (both open).
+    let batch = vec![(first[0].clone(), ok_attempt())];
+    assert_eq!(store::record_successes(&mut conn, &batch, bound).await.unwrap(), 1);
+    assert!(
+        store::claim_answered(&mut conn, bound, 10, 60_000, &[lease(&first[0])]).await.unwrap().is_empty(),
+        "a recorded lease freed a slot"
+    );
+    // Both open ones over: two more.
+    let both = [lease(&first[1]), lease(&more[0])];
+    assert_eq!(store::claim_answered(&mut conn, bound, 10, 60_000, &both).await.unwrap().len(), 2);
+
+    // Bad arrays: refused before anything is read.
+    for (ids, tokens) in [("NULL", "'{}'"), ("ARRAY['x']", "'{}'"), ("'{}'", "NULL")] {
+        let e = diesel::sql_query(format!("SELECT * FROM webhook_deliveries_claim(2, 10, 60000, {ids}, {tokens}::timestamptz[])"))
+            .execute(&mut conn)
+            .await
+            .expect_err("bad arrays accepted");
+        assert!(refusal(e).contains("of one length"), "{ids} {tokens}");
+    }
+    let rows = w.deliveries(&a).await;
+    let leased = rows.iter().filter(|d| d.status == "pending" && d.locked_until.is_some()).count();
+    assert_eq!(leased, 4, "two answered and two open; two succeeded");
+    assert_eq!(rows.len(), 6);
+}
+
 /// Disabling pauses the endpoint's in-flight deliveries too; `:enable`
 /// while their attempts still run must not clear their leases (issue 22
 /// review, found by a reviewer): otherwise a claim sends each one a second

@@ -146,19 +146,27 @@ impl Bench {
     /// `expected_per_event` times (distinct endpoints), or `limit` passes.
     /// Returns the latency of every delivery (first receipt per event and
     /// endpoint slot) and the last receipt.
+    ///
+    /// Reads the log incrementally: each look (every 20 ms) takes only the
+    /// receipts that arrived since the previous one, so the receiver's lock
+    /// is held for those few entries. (Until 2026-12-05 every look re-read
+    /// and re-hashed the whole log under the lock: O(receipts²) over a
+    /// burst, about a tenth of the machine's CPU during it, and every
+    /// receipt meanwhile waited for the lock; BENCHMARKS.md.)
     async fn collect(&self, published: &HashMap<String, Instant>, limit: Duration) -> (Vec<Duration>, Option<Instant>, usize) {
         let want = published.len() * self.expected_per_event;
         let deadline = Instant::now() + limit;
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(published.len());
+        let mut lat = Vec::with_capacity(want);
+        let mut last: Option<Instant> = None;
+        let mut dups = 0;
+        let mut cursor = 0;
         loop {
-            let (lat, last, dups) = {
+            {
                 let log = self.log.lock().unwrap();
-                let mut seen: HashMap<&str, usize> = HashMap::new();
-                let mut lat = Vec::with_capacity(want);
-                let mut last = None;
-                let mut dups = 0;
-                for (id, at) in log.iter() {
+                for (id, at) in &log[cursor.min(log.len())..] {
                     let Some(t0) = published.get(id) else { continue };
-                    let n = seen.entry(id.as_str()).or_default();
+                    let n = seen.entry(id.clone()).or_default();
                     *n += 1;
                     if *n > self.expected_per_event {
                         dups += 1;
@@ -167,8 +175,8 @@ impl Bench {
                     lat.push(at.saturating_duration_since(*t0));
                     last = Some(last.map_or(*at, |l: Instant| l.max(*at)));
                 }
-                (lat, last, dups)
-            };
+                cursor = log.len();
+            }
             if lat.len() >= want || Instant::now() >= deadline {
                 if lat.len() < want {
                     eprintln!("WARNING: only {} of {want} deliveries received within {limit:?}", lat.len());

@@ -22,6 +22,14 @@
 //! - Per-endpoint concurrency is bounded in the claim itself, so a slow
 //!   endpoint holds at most `per_endpoint_concurrency` slots and never blocks
 //!   anyone else (no head-of-line blocking); `max_in_flight` bounds the process.
+//!   The bound is on requests open at the receiver: an attempt that
+//!   succeeded is marked answered in the lease book, and until its outcome
+//!   is recorded the loop's claims leave it out of its endpoint's count
+//!   ([`store::claim_answered`]), so its slot is re-leased while the
+//!   recorder writes (before, one busy endpoint's slots went round in lock
+//!   step: leased, sent, answered, and free only after the record
+//!   committed). A failed attempt keeps its slot until recorded: a 429/503
+//!   throttles the endpoint only then.
 //! - On shutdown it stops claiming, gives in-flight attempts
 //!   `shutdown_grace_seconds` to finish and records them, then aborts the
 //!   rest and releases their leases so another replica picks them up at
@@ -214,9 +222,13 @@ impl Loop {
         if free == 0 {
             return false;
         }
+        // This process's attempts that are over but not yet recorded hold no
+        // request open: the bound leaves them out.
+        let answered = self.leases.lock().unwrap().answered_leases();
         let claimed = async {
             let mut conn = self.ctx.db.get().await?;
-            anyhow::Ok(store::claim(&mut conn, per_endpoint(&self.ctx), i32::try_from(free).unwrap_or(i32::MAX), lease_ms).await?)
+            let limit = i32::try_from(free).unwrap_or(i32::MAX);
+            anyhow::Ok(store::claim_answered(&mut conn, per_endpoint(&self.ctx), limit, lease_ms, &answered).await?)
         };
         let claimed = match claimed.await {
             Ok(claimed) => claimed,
@@ -269,7 +281,11 @@ impl Loop {
         // recorder writes what is queued and ends.
         drop(done_tx);
         let _ = recorder.await;
-        let left: Vec<(DeliveryId, DateTime<Utc>)> = leases.lock().unwrap().held.drain().collect();
+        let left: Vec<(DeliveryId, DateTime<Utc>)> = {
+            let mut book = leases.lock().unwrap();
+            book.answered.clear();
+            book.held.drain().collect()
+        };
         if left.is_empty() {
             return;
         }
@@ -338,9 +354,13 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
     for ((c, target), permit) in batch.into_iter().zip(permits) {
         match target {
             Target::Send(ready) => {
-                let (ctx, done_tx) = (ctx.clone(), done_tx.clone());
+                let (ctx, done_tx, leases) = (ctx.clone(), done_tx.clone(), leases.clone());
                 attempts.spawn(async move {
                     let record = attempt(&ctx, &c, &ready).await;
+                    if record.success {
+                        // No request of it is open: the next claim may use its slot.
+                        leases.lock().unwrap().answered(&c);
+                    }
                     // The recorder outlives every attempt task (see `drain`).
                     let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
                 });
