@@ -1,8 +1,9 @@
 //! Claims (leases) of due deliveries, and giving them back.
 //!
-//! Invariant: a delivery is in flight exactly while it is `pending` with
-//! `locked_until` set; `locked_until` is the claim token every later write
-//! of the holder filters on.
+//! Invariant: a delivery is leased exactly while it is `pending` with
+//! `locked_until` set (its request is open, or answered and its outcome not
+//! yet written); `locked_until` is the claim token every later write of the
+//! holder filters on.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -14,7 +15,7 @@ use vid_db::RunQueryDsl;
 
 /// Class of the per-endpoint advisory locks: a lease is only ever taken
 /// under the transaction-scoped lock `(ENDPOINT_LOCK_CLASS,
-/// hashtext(endpoint_id))`, so the in-flight count each leasing statement
+/// hashtext(endpoint_id))`, so the count of leases each leasing statement
 /// sees for its endpoint is exact across replicas. The two-`int4` key form
 /// is its own key space (`pg_locks.objsubid = 2`), apart from the one-`bigint`
 /// keys (the migration lock). Written as a literal into the leasing
@@ -140,8 +141,11 @@ pub async fn claim(conn: &mut AsyncPgConnection, per_endpoint: i32, limit: i32, 
 
 /// [`claim`], with the bound counting requests open at the receiver rather
 /// than outcomes not yet written: `answered` are leases of the caller's
-/// (delivery id, claim token) whose attempt is over (answered, or given up
-/// on) and whose outcome is not recorded yet. Each endpoint's count of
+/// (delivery id, claim token) whose request is over and answered (the
+/// dispatcher passes its 2xx answers only: a timed-out request may still be
+/// running at the receiver, and a 429/503 throttles the endpoint only once
+/// recorded) and whose outcome is not recorded yet. A delivery listed twice
+/// counts once. Each endpoint's count of
 /// leases leaves out those that are, in the count's own snapshot, still
 /// exactly that lease (same token, `pending`, unexpired), so a stale or
 /// wrong entry frees nothing: a lease expired, recorded or taken by another

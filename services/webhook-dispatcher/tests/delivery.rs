@@ -1033,6 +1033,28 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
     let both = [lease(&first[1]), lease(&more[0])];
     assert_eq!(store::claim_answered(&mut conn, bound, 10, 60_000, &both).await.unwrap().len(), 2);
 
+    // An answered entry frees a slot only while it is a counted lease: one
+    // whose lease has run out (not yet swept) or that was paused meanwhile
+    // is not counted, so passing it frees nothing.
+    // (Five new events reach a, which is over its bound, and b.)
+    let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
+    for _ in 0..5 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 2);
+    }
+    let on_b = store::claim(&mut conn, bound, 10, 60_000).await.unwrap();
+    assert!(on_b.len() == 2 && on_b.iter().all(|c| c.endpoint_id == b), "{on_b:?}");
+    let past = Utc::now() - chrono::Duration::seconds(1);
+    diesel::update(dl::table.filter(dl::id.eq(on_b[0].id.as_str()))).set(dl::locked_until.eq(past)).execute(&mut conn).await.unwrap();
+    diesel::update(dl::table.filter(dl::id.eq(on_b[1].id.as_str()))).set(dl::status.eq("paused")).execute(&mut conn).await.unwrap();
+    let not_counted = [(on_b[0].id.clone(), past), lease(&on_b[1])];
+    let refill = store::claim_answered(&mut conn, bound, 10, 60_000, &not_counted).await.unwrap();
+    assert_eq!(refill.len(), 2, "b has no counted lease and three claimable: exactly its bound, {refill:?}");
+    // b's answered leases free b's slots, not a's (a holds four leases).
+    let of_b: Vec<_> = refill.iter().map(lease).collect();
+    let last = store::claim_answered(&mut conn, bound, 10, 60_000, &of_b).await.unwrap();
+    assert!(last.len() == 1 && last[0].endpoint_id == b, "{last:?}");
+
     // Bad arrays: refused before anything is read.
     for (ids, tokens) in [("NULL", "'{}'"), ("ARRAY['x']", "'{}'"), ("'{}'", "NULL")] {
         let e = diesel::sql_query(format!("SELECT * FROM webhook_deliveries_claim(2, 10, 60000, {ids}, {tokens}::timestamptz[])"))
@@ -1044,7 +1066,7 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
     let rows = w.deliveries(&a).await;
     let leased = rows.iter().filter(|d| d.status == "pending" && d.locked_until.is_some()).count();
     assert_eq!(leased, 4, "two answered and two open; two succeeded");
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 11);
 }
 
 /// Disabling pauses the endpoint's in-flight deliveries too; `:enable`

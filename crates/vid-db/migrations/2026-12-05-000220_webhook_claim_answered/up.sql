@@ -32,7 +32,7 @@
 -- rolling update; dispatchers of this release need this migration applied
 -- first (the migration Job, `api migrate`, k8s/README.md; until it has run
 -- their claims fail, are logged and retried). The fan-in's leasing insert still counts every lease
--- (conservative). Both arrays NULL or of different lengths:
+-- (conservative). Either array NULL, or the two of different lengths:
 -- invalid_parameter_value (22023), before anything is read.
 
 CREATE FUNCTION webhook_deliveries_claim(per_endpoint bigint, max_leases bigint, lease_ms bigint,

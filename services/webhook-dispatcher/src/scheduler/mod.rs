@@ -25,11 +25,14 @@
 //!   The bound is on requests open at the receiver: an attempt that
 //!   succeeded is marked answered in the lease book, and until its outcome
 //!   is recorded the loop's claims leave it out of its endpoint's count
-//!   ([`store::claim_answered`]), so its slot is re-leased while the
-//!   recorder writes (before, one busy endpoint's slots went round in lock
-//!   step: leased, sent, answered, and free only after the record
-//!   committed). A failed attempt keeps its slot until recorded: a 429/503
-//!   throttles the endpoint only then.
+//!   ([`store::claim_answered`]), so its slot can be leased again at the
+//!   loop's next wake-up (a fan-in, a notification, another batch's record,
+//!   the idle poll) rather than only after its own record commits (before,
+//!   one busy endpoint's slots went round in lock step: leased, sent,
+//!   answered, and free only after the record committed). The answer itself
+//!   does not wake the loop: waking it on every success made many small
+//!   claims and was not faster (BENCHMARKS.md). A failed attempt keeps its
+//!   slot until recorded: a 429/503 throttles the endpoint only then.
 //! - On shutdown it stops claiming, gives in-flight attempts
 //!   `shutdown_grace_seconds` to finish and records them, then aborts the
 //!   rest and releases their leases so another replica picks them up at
@@ -358,7 +361,7 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
                 attempts.spawn(async move {
                     let record = attempt(&ctx, &c, &ready).await;
                     if record.success {
-                        // No request of it is open: the next claim may use its slot.
+                        // No request of it is open: the loop's next claim may use its slot.
                         leases.lock().unwrap().answered(&c);
                     }
                     // The recorder outlives every attempt task (see `drain`).
