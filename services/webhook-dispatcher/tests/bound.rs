@@ -81,8 +81,19 @@ fn counting_observer() -> (ConnectObserver, Arc<AtomicUsize>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_never_exceed_an_endpoints_bound() {
     // Small batches and prefetch, so both replicas' fan-ins take messages
-    // (RabbitMQ hands them out round-robin) and both claim.
-    let w = World::new(&[("dispatcher.per_endpoint_concurrency", "2"), ("dispatcher.batch_size", "4"), ("dispatcher.prefetch", "4")]).await;
+    // (RabbitMQ hands them out round-robin) and both claim. Two in-process
+    // slots per replica (each held until its attempt is recorded): a replica
+    // cannot keep the endpoint by re-leasing its answered slots while its
+    // records are written (the bound counts open requests, so one replica
+    // with a backlog may otherwise hold all of it), and a replica-local
+    // bound would still allow four open at once.
+    let w = World::new(&[
+        ("dispatcher.per_endpoint_concurrency", "2"),
+        ("dispatcher.batch_size", "4"),
+        ("dispatcher.prefetch", "4"),
+        ("dispatcher.max_in_flight", "2"),
+    ])
+    .await;
     let rx = Counting::start(Duration::from_millis(30)).await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let (obs1, sent1) = counting_observer();
