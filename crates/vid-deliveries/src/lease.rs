@@ -52,8 +52,15 @@ pub const CLAIM_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-0
 /// The migration that adds the claim that leaves out the caller's leases
 /// whose requests are over ([`claim_answered`]): the five-argument
 /// `webhook_deliveries_claim`, [`CLAIM_FUNCTION`]'s claim otherwise. The
-/// three-argument one stays for replicas of the previous release.
+/// three-argument one stays for replicas of the previous release; since
+/// [`CLAIM_ONE_BODY`] it is this one with nothing answered.
 pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-05-000220_webhook_claim_answered/up.sql");
+
+/// The migration that makes the three-argument `webhook_deliveries_claim`
+/// (kept for replicas of the previous release during a rolling update) a
+/// SQL function that calls [`CLAIM_ANSWERED_FUNCTION`]'s with empty arrays,
+/// so there is one claim body to maintain.
+pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-05-000230_webhook_claim_one_body/up.sql");
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -245,6 +252,11 @@ mod tests {
         assert!(CLAIM_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_claim("));
         assert!(CLAIM_FUNCTION.contains("SET lock_timeout = '2s'"), "the replaced claim keeps its bound");
         assert!(CLAIM_ANSWERED_FUNCTION.contains("SET lock_timeout = '2s'"), "the five-argument claim too");
+        // The three-argument claim is the five-argument one, whose bound applies to the call.
+        assert!(
+            CLAIM_ONE_BODY.contains("FROM webhook_deliveries_claim(per_endpoint, max_leases, lease_ms, '{}'::text[], '{}'::timestamptz[])")
+        );
+        assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].

@@ -1069,6 +1069,75 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
     assert_eq!(rows.len(), 11);
 }
 
+/// The three-argument claim, kept for replicas of the previous release
+/// during a rolling update, is the five-argument one with nothing answered
+/// (migration `2026-12-05-000230`, one claim body): it leases up to the
+/// bound, oldest first, counts every lease, leaves out a throttled endpoint
+/// and refuses bad arguments and REPEATABLE READ as the claim does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_releases_claim_is_the_claim_with_nothing_answered() {
+    use diesel_async::scoped_futures::ScopedFutureExt;
+    use diesel_async::AsyncConnection;
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let mut events = Vec::new();
+    for _ in 0..3 {
+        let (id, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 1);
+        events.push(id);
+    }
+    let mut conn = w.conn().await;
+    let old = |sql: &'static str| diesel::sql_query(sql);
+    let first: Vec<store::Claimed> = old("SELECT * FROM webhook_deliveries_claim(2, 10, 60000)").load(&mut conn).await.unwrap();
+    let got: Vec<&str> = first.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(got, [events[0].as_str(), events[1].as_str()], "oldest first, up to the bound");
+    assert!(first.iter().all(|c| c.endpoint_id == a && c.locked_until > Utc::now()));
+    let none: Vec<store::Claimed> = old("SELECT * FROM webhook_deliveries_claim(2, 10, 60000)").load(&mut conn).await.unwrap();
+    assert!(none.is_empty(), "every lease counts: {none:?}");
+    // One recorded: one slot, the third delivery.
+    let batch = vec![(first[0].clone(), ok_attempt())];
+    assert_eq!(store::record_successes(&mut conn, &batch, 2).await.unwrap(), 1);
+    diesel::update(ep::table.filter(ep::id.eq(a.as_str())))
+        .set(ep::throttled_until.eq(Some(Utc::now() + chrono::Duration::minutes(5))))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let throttled: Vec<store::Claimed> = old("SELECT * FROM webhook_deliveries_claim(2, 10, 60000)").load(&mut conn).await.unwrap();
+    assert!(throttled.is_empty(), "a throttled endpoint leased: {throttled:?}");
+    diesel::update(ep::table.filter(ep::id.eq(a.as_str())))
+        .set(ep::throttled_until.eq(None::<chrono::DateTime<Utc>>))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let third: Vec<store::Claimed> = old("SELECT * FROM webhook_deliveries_claim(2, 10, 60000)").load(&mut conn).await.unwrap();
+    assert!(third.len() == 1 && third[0].event_id == events[2], "{third:?}");
+
+    for bad in ["SELECT * FROM webhook_deliveries_claim(0, 10, 60000)", "SELECT * FROM webhook_deliveries_claim(2, -1, 60000)"] {
+        let e = old(bad).execute(&mut conn).await.expect_err("bad arguments accepted");
+        assert!(refusal(e).contains("want per_endpoint >= 1"), "{bad}");
+    }
+    let e = conn
+        .build_transaction()
+        .repeatable_read()
+        .run(|c| async move { old("SELECT * FROM webhook_deliveries_claim(2, 10, 60000)").execute(c).await }.scope_boxed())
+        .await
+        .expect_err("a claim under REPEATABLE READ");
+    assert!(refusal(e).contains("needs READ COMMITTED"));
+    // The function's settings: no body of its own to keep in step.
+    #[derive(QueryableByName)]
+    struct Proc {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        lang: String,
+    }
+    let p: Proc = old("SELECT l.lanname AS lang FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang \
+         WHERE p.proname = 'webhook_deliveries_claim' AND p.pronargs = 3")
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(p.lang, "sql", "the three-argument claim has a body of its own again");
+}
+
 /// Disabling pauses the endpoint's in-flight deliveries too; `:enable`
 /// while their attempts still run must not clear their leases (issue 22
 /// review, found by a reviewer): otherwise a claim sends each one a second
