@@ -20,7 +20,7 @@ use diesel_async::AsyncPgConnection;
 use vid_core::{DeliveryId, EndpointId, EventId, TenantId};
 use vid_db::RunQueryDsl;
 
-use crate::lease::Claimed;
+use crate::lease::{endpoint_columns, Claimed, ClaimedForSend, EndpointColumns};
 use crate::{DeliveryStatus, EndpointStatus};
 
 /// The state a new delivery starts in: `pending` and due at `now` for an
@@ -127,9 +127,15 @@ pub struct LeaseFresh {
 /// the oldest due is still sent first: the claim's order), it fits both in
 /// the endpoint's free slots (counted exactly as the claim counts them) and
 /// in `$10`, and the function got that endpoint's lock without waiting
-/// ([`crate::lease::ENDPOINT_LOCK_CLASS`]).
-const INSERT_SQL: &str = "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until \
-     FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+/// ([`crate::lease::ENDPOINT_LOCK_CLASS`]). A leased row comes with its
+/// endpoint's sending fields (as [`crate::lease::CLAIM_FOR_SEND_SQL`] reads
+/// them; NULL for an unleased row, whose endpoint is not read).
+const INSERT_SQL: &str = concat!(
+    "SELECT c.id, c.endpoint_id, c.tenant_id, c.event_id, c.payload, c.attempt_count, c.manual_retry, c.locked_until, ",
+    endpoint_columns!(),
+    " FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) c \
+     LEFT JOIN webhook_endpoints e ON c.locked_until IS NOT NULL AND e.id = c.endpoint_id"
+);
 
 /// A row [`INSERT_SQL`] inserted; leased when `locked_until` is set.
 #[derive(Debug, QueryableByName)]
@@ -150,6 +156,8 @@ struct Inserted {
     manual_retry: bool,
     #[diesel(sql_type = Nullable<Timestamptz>)]
     locked_until: Option<DateTime<Utc>>,
+    #[diesel(embed)]
+    endpoint: EndpointColumns,
 }
 
 /// Creates the missing deliveries of the recorded events `ids`: one per
@@ -181,7 +189,7 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// endpoint sharing its lock's hash) gets its deliveries unleased (due now:
 /// the scheduler claims them once woken). A leased delivery is exactly what
 /// [`crate::lease::claim`] would have returned for it (same lease, token,
-/// order rule). Returns what was inserted and the leased deliveries, in
+/// order rule). Returns what was inserted and the leased deliveries with their endpoints (as [`crate::lease::claim_for_send`] returns them), in
 /// insert order. The leases are real once the insert commits: at once in
 /// autocommit, or with the caller's transaction (which then also holds the
 /// endpoint locks until it ends, and is aborted by an error here).
@@ -194,7 +202,7 @@ pub async fn fan_in_leasing(
     conn: &mut AsyncPgConnection,
     ids: &[EventId],
     lease: impl FnOnce(usize) -> Option<LeaseFresh> + Send,
-) -> QueryResult<(FannedIn, Vec<Claimed>)> {
+) -> QueryResult<(FannedIn, Vec<ClaimedForSend>)> {
     insert_leasing(conn, ids, lease).await
 }
 
@@ -203,7 +211,7 @@ async fn insert_leasing(
     conn: &mut AsyncPgConnection,
     ids: &[EventId],
     lease: impl FnOnce(usize) -> Option<LeaseFresh> + Send,
-) -> QueryResult<(FannedIn, Vec<Claimed>)> {
+) -> QueryResult<(FannedIn, Vec<ClaimedForSend>)> {
     if ids.is_empty() {
         return Ok(Default::default());
     }
@@ -256,7 +264,8 @@ async fn insert_leasing(
     for r in inserted {
         out.events.push(r.event_id.clone());
         if let Some(locked_until) = r.locked_until {
-            leased.push(Claimed {
+            let endpoint = r.endpoint.into_endpoint(&r.endpoint_id);
+            let claimed = Claimed {
                 id: r.id,
                 endpoint_id: r.endpoint_id,
                 tenant_id: r.tenant_id,
@@ -265,7 +274,8 @@ async fn insert_leasing(
                 attempt_count: r.attempt_count,
                 manual_retry: r.manual_retry,
                 locked_until,
-            });
+            };
+            leased.push((claimed, endpoint));
         }
     }
     out.events.sort();

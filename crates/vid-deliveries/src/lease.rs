@@ -7,11 +7,13 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Bool, Integer, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Bool, Bytea, Integer, Nullable, Text, Timestamptz};
 use diesel_async::AsyncPgConnection;
 use vid_core::{DeliveryId, EndpointId, EventId, TenantId};
 use vid_db::schema::webhook_deliveries as dl;
 use vid_db::RunQueryDsl;
+
+use crate::{EndpointForSend, EndpointStatus};
 
 /// Class of the per-endpoint advisory locks: a lease is only ever taken
 /// under the transaction-scoped lock `(ENDPOINT_LOCK_CLASS,
@@ -62,6 +64,13 @@ pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/
 /// so there is one claim body to maintain.
 pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-05-000230_webhook_claim_one_body/up.sql");
 
+/// The migration that replaces [`LEASING_FUNCTIONS`]' fan-in insert
+/// (`webhook_deliveries_insert_leasing`, [`crate::fanin::fan_in_leasing`])
+/// with one whose lock statement groups the new deliveries by endpoint
+/// before testing each endpoint (nothing older due, a free slot), instead
+/// of testing it once per new delivery.
+pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000240_webhook_fanin_lock_per_endpoint/up.sql");
+
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Claimed {
@@ -107,6 +116,84 @@ const RELEASE_EXPIRED_SQL: &str = "UPDATE webhook_deliveries SET locked_until = 
 /// leases whose requests are over ([`claim_answered`]).
 pub const CLAIM_SQL: &str = "SELECT id, endpoint_id, tenant_id, event_id, payload, attempt_count, manual_retry, locked_until \
      FROM webhook_deliveries_claim($1, $2, $3, $4, $5)";
+
+/// The sending fields of the endpoint `e` ([`EndpointForSend`]), as the
+/// columns `ep_…` of [`EndpointColumns`]: a string literal, for `concat!`
+/// into a statement that joins `webhook_endpoints e`.
+macro_rules! endpoint_columns {
+    () => {
+        "e.url AS ep_url, e.signature_format AS ep_signature_format, e.status AS ep_status, \
+         e.deleted_at AS ep_deleted_at, e.secret_sealed AS ep_secret_sealed, \
+         e.previous_secret_sealed AS ep_previous_secret_sealed, \
+         e.previous_secret_expires_at AS ep_previous_secret_expires_at"
+    };
+}
+pub(crate) use endpoint_columns;
+
+/// [`claim_for_send`]'s statement: [`CLAIM_SQL`]'s rows with their
+/// endpoint's sending fields ([`endpoint_columns`]), read in the
+/// statement's snapshot (taken before the function's own statements: the
+/// endpoint as it was just before the claim). NULL endpoint columns: no
+/// such endpoint.
+pub const CLAIM_FOR_SEND_SQL: &str = concat!(
+    "SELECT c.id, c.endpoint_id, c.tenant_id, c.event_id, c.payload, c.attempt_count, c.manual_retry, c.locked_until, ",
+    endpoint_columns!(),
+    " FROM webhook_deliveries_claim($1, $2, $3, $4, $5) c LEFT JOIN webhook_endpoints e ON e.id = c.endpoint_id"
+);
+
+/// A leased delivery and its endpoint as the leasing statement read it
+/// (`None`: no such endpoint): what the dispatcher needs to send it.
+pub type ClaimedForSend = (Claimed, Option<EndpointForSend>);
+
+/// The `ep_…` columns of [`endpoint_columns`], all NULL when the join found
+/// no endpoint (or was not made).
+#[derive(Debug, QueryableByName)]
+pub(crate) struct EndpointColumns {
+    #[diesel(sql_type = Nullable<Text>)]
+    ep_url: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    ep_signature_format: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    ep_status: Option<EndpointStatus>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    ep_deleted_at: Option<DateTime<Utc>>,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    ep_secret_sealed: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    ep_previous_secret_sealed: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    ep_previous_secret_expires_at: Option<DateTime<Utc>>,
+}
+
+impl EndpointColumns {
+    /// The endpoint `id`, if the row has it (its non-NULL columns are set).
+    pub(crate) fn into_endpoint(self, id: &EndpointId) -> Option<EndpointForSend> {
+        let (Some(url), Some(signature_format), Some(status), Some(secret_sealed)) =
+            (self.ep_url, self.ep_signature_format, self.ep_status, self.ep_secret_sealed)
+        else {
+            return None;
+        };
+        Some(EndpointForSend {
+            id: id.clone(),
+            url,
+            signature_format,
+            status,
+            deleted_at: self.ep_deleted_at,
+            secret_sealed,
+            previous_secret_sealed: self.ep_previous_secret_sealed,
+            previous_secret_expires_at: self.ep_previous_secret_expires_at,
+        })
+    }
+}
+
+/// A row of [`CLAIM_FOR_SEND_SQL`].
+#[derive(QueryableByName)]
+struct ClaimedRow {
+    #[diesel(embed)]
+    claimed: Claimed,
+    #[diesel(embed)]
+    endpoint: EndpointColumns,
+}
 
 /// Claims up to `limit` due deliveries, at most `per_endpoint` in flight per
 /// endpoint counting every replica's leases, oldest due first; the lease
@@ -182,6 +269,39 @@ pub async fn claim_answered(
         .await
 }
 
+/// [`claim_answered`], each lease with its endpoint's sending fields read
+/// in the same round trip ([`CLAIM_FOR_SEND_SQL`], one row per lease), so
+/// the caller need not load them ([`crate::load_endpoints`]) before
+/// sending. The endpoint is as the statement's snapshot saw it, taken just
+/// before the claim's own statements; `None` if it does not exist.
+///
+/// Errors: as [`claim`].
+pub async fn claim_for_send(
+    conn: &mut AsyncPgConnection,
+    per_endpoint: i32,
+    limit: i32,
+    lease_ms: i64,
+    answered: &[(DeliveryId, DateTime<Utc>)],
+) -> QueryResult<Vec<ClaimedForSend>> {
+    let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
+    let tokens: Vec<DateTime<Utc>> = answered.iter().map(|(_, token)| *token).collect();
+    let rows: Vec<ClaimedRow> = vid_db::cached_sql_query(CLAIM_FOR_SEND_SQL)
+        .bind::<BigInt, _>(i64::from(per_endpoint))
+        .bind::<BigInt, _>(i64::from(limit))
+        .bind::<BigInt, _>(lease_ms)
+        .bind::<Array<Text>, _>(ids)
+        .bind::<Array<Timestamptz>, _>(tokens)
+        .load(conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let endpoint = r.endpoint.into_endpoint(&r.claimed.endpoint_id);
+            (r.claimed, endpoint)
+        })
+        .collect())
+}
+
 /// Puts expired leases back (a crashed or stalled replica's deliveries):
 /// every `pending` delivery whose `locked_until` has passed gets
 /// `locked_until = NULL`, which makes it claimable again (and notifies
@@ -234,7 +354,7 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, CLAIM_ANSWERED_FUNCTION, RELEASE_EXPIRED_SQL] {
+        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, CLAIM_ANSWERED_FUNCTION, FANIN_LEASING_FUNCTION, RELEASE_EXPIRED_SQL] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
@@ -257,12 +377,14 @@ mod tests {
             CLAIM_ONE_BODY.contains("FROM webhook_deliveries_claim(per_endpoint, max_leases, lease_ms, '{}'::text[], '{}'::timestamptz[])")
         );
         assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
+        assert!(FANIN_LEASING_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing("));
+        assert!(!FANIN_LEASING_FUNCTION.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
     #[test]
     fn the_functions_name_the_lock_class() {
-        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1), (CLAIM_ANSWERED_FUNCTION, 1)] {
+        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1), (CLAIM_ANSWERED_FUNCTION, 1), (FANIN_LEASING_FUNCTION, 1)] {
             let calls = sql.matches("pg_try_advisory_xact_lock(").count();
             let ours = sql.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
             assert_eq!((calls, ours), (locks, locks));

@@ -86,6 +86,6 @@ pub use vid_core::endpoint::EndpointStatus;
 pub use crate::decision::{decide, AttemptRecord, Decision, HealthRules};
 pub use crate::fanin::{fan_in, fan_in_leasing, FannedIn, LeaseFresh};
 pub use crate::health::disable;
-pub use crate::lease::{claim, claim_answered, postpone, release, release_expired, Claimed};
+pub use crate::lease::{claim, claim_answered, claim_for_send, postpone, release, release_expired, Claimed, ClaimedForSend};
 pub use crate::outcome::{record, record_successes, settle_without_attempt, Recorded};
 pub use crate::read::{load_endpoint, load_endpoints, retry_backlog, DeliveryRecord, EndpointForSend};

@@ -187,8 +187,8 @@ async fn handle_batch(
     Ok(())
 }
 
-/// The fan-in's leases: the deliveries and the reserved slots (at least one each).
-struct Leased(Vec<store::Claimed>, Vec<tokio::sync::OwnedSemaphorePermit>);
+/// The fan-in's leases: the deliveries with their endpoints, and the reserved slots (at least one each).
+struct Leased(Vec<store::ClaimedForSend>, Vec<tokio::sync::OwnedSemaphorePermit>);
 
 impl Leased {
     fn len(&self) -> usize {

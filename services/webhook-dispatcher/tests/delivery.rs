@@ -674,7 +674,9 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
     .expect("the fan-in waited")
     .unwrap();
     assert_eq!(fanned.deliveries, 2);
-    assert_eq!(leased.iter().map(|c| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "only B's new delivery is leased");
+    assert_eq!(leased.iter().map(|(c, _)| &c.endpoint_id).collect::<Vec<_>>(), vec![&b], "only B's new delivery is leased");
+    let sent_to = leased[0].1.as_ref().expect("a fanned-in lease comes with its endpoint");
+    assert_eq!((&sent_to.id, sent_to.url.as_str()), (&b, "http://127.0.0.1:9/b"));
     let unleased: Vec<(String, Option<chrono::DateTime<Utc>>)> = dl::table
         .filter(dl::endpoint_id.eq(a.as_str()))
         .filter(dl::event_id.eq(event_2.as_str()))
@@ -1069,6 +1071,100 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
     assert_eq!(rows.len(), 11);
 }
 
+/// The scheduler's claim reads each lease's endpoint in the same round trip
+/// (`claim_for_send`): exactly what `load_endpoints` would have read, for
+/// every lease (two endpoints, one of them in a rotation overlap, one
+/// soft-deleted after its deliveries were leasable), and it leases what the
+/// plain claim would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_reads_each_leases_endpoint() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
+    for _ in 0..3 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 2);
+    }
+    let mut conn = w.conn().await;
+    let overlap = Utc::now() + chrono::Duration::hours(1);
+    diesel::update(ep::table.filter(ep::id.eq(a.as_str())))
+        .set((ep::previous_secret_sealed.eq(Some(vec![7u8; 40])), ep::previous_secret_expires_at.eq(Some(overlap))))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    diesel::update(ep::table.filter(ep::id.eq(b.as_str()))).set(ep::deleted_at.eq(Some(Utc::now()))).execute(&mut conn).await.unwrap();
+    let loaded = store::load_endpoints(&mut conn, &[a.clone(), b.clone()]).await.unwrap();
+    assert_eq!(loaded.len(), 2);
+    let claimed = store::claim_for_send(&mut conn, 2, 10, 60_000, &[]).await.unwrap();
+    assert_eq!(claimed.len(), 4, "two per endpoint: {:?}", claimed.iter().map(|(c, _)| &c.endpoint_id).collect::<Vec<_>>());
+    for (c, e) in &claimed {
+        let e = e.as_ref().expect("every lease has its endpoint");
+        assert_eq!(e.id, c.endpoint_id);
+        let want = loaded.iter().find(|l| l.id == c.endpoint_id).unwrap();
+        assert_eq!(format!("{e:?}"), format!("{want:?}"), "the claim read another endpoint than load_endpoints");
+    }
+    let of_a = claimed.iter().find(|(c, _)| c.endpoint_id == a).unwrap().1.as_ref().unwrap();
+    assert_eq!((of_a.previous_secret_sealed.as_deref(), of_a.previous_secret_expires_at.is_some()), (Some(&[7u8; 40][..]), true));
+    let of_b = claimed.iter().find(|(c, _)| c.endpoint_id == b).unwrap().1.as_ref().unwrap();
+    assert!(of_b.deleted_at.is_some(), "the soft delete is read");
+    // The leases are real: the plain claim finds both endpoints full.
+    assert!(store::claim(&mut conn, 2, 10, 60_000).await.unwrap().is_empty());
+    let rows = w.deliveries(&a).await;
+    assert_eq!(rows.iter().filter(|d| d.locked_until.is_some()).count(), 2);
+}
+
+/// The fan-in's lock statement tests each endpoint once, not once per new
+/// delivery (migration `2026-12-06-000240`): 64 new deliveries of one
+/// endpoint holding 60 leases read about 60 entries of the leased index
+/// for the count, not 64 × 60 (3,840, which 000200's statement read), and
+/// lease exactly the 4 free slots, oldest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_in_counts_each_endpoints_leases_once() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    for _ in 0..60 {
+        let (_, payload) = w.record_event().await;
+        assert_eq!(w.fan_in(&payload).await, 1);
+    }
+    let mut conn = w.conn().await;
+    assert_eq!(store::claim(&mut conn, 64, 64, 60_000).await.unwrap().len(), 60);
+    let mut ids = Vec::new();
+    for _ in 0..64 {
+        ids.push(w.record_event().await.0);
+    }
+    let before = index_reads(&mut conn, "webhook_deliveries_leased").await;
+    let (fanned, leased) =
+        store::fan_in_leasing(&mut conn, &ids, |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000 }))
+            .await
+            .unwrap();
+    let read = index_reads(&mut conn, "webhook_deliveries_leased").await - before;
+    assert_eq!(fanned.deliveries, 64);
+    let got: Vec<&str> = leased.iter().map(|(c, _)| c.event_id.as_str()).collect();
+    let want: Vec<&str> = ids[..4].iter().map(|e| e.as_str()).collect();
+    assert_eq!(got, want, "the four free slots, to the oldest new deliveries");
+    assert!(leased.iter().all(|(c, e)| c.endpoint_id == a && e.is_some()));
+    assert!((60..1_000).contains(&read), "the lease count read {read} entries of webhook_deliveries_leased (once per delivery: 3,840)");
+}
+
+/// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`),
+/// after flushing this session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
+async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct Reads {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
+    let r: Reads = diesel::sql_query("SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = $1")
+        .bind::<diesel::sql_types::Text, _>(name)
+        .get_result(conn)
+        .await
+        .unwrap();
+    r.n
+}
+
 /// The three-argument claim, kept for replicas of the previous release
 /// during a rolling update, is the five-argument one with nothing answered
 /// (migration `2026-12-05-000230`, one claim body): it leases up to the
@@ -1077,7 +1173,6 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_previous_releases_claim_is_the_claim_with_nothing_answered() {
     use diesel_async::scoped_futures::ScopedFutureExt;
-    use diesel_async::AsyncConnection;
     use vid_deliveries as store;
     let w = World::new(&[]).await;
     let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;

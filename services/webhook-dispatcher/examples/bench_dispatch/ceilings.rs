@@ -112,11 +112,12 @@ pub(crate) async fn database_ceiling(settings: &Settings, n: usize, batch: usize
                 let mut conn = pool.get().await.unwrap();
                 record_events(&mut conn, &messages).await;
                 fanin::fan_in_batch(&pool, &messages).await.unwrap();
-                let claimed = store::claim(&mut conn, i32::MAX, batch as i32, 60_000).await.unwrap();
+                // The scheduler's claim: the leases with their endpoints.
+                let claimed = store::claim_for_send(&mut conn, i32::MAX, batch as i32, 60_000, &[]).await.unwrap();
                 let now = Utc::now();
                 let rows: Vec<_> = claimed
                     .into_iter()
-                    .map(|c| {
+                    .map(|(c, _endpoint)| {
                         let record = AttemptRecord {
                             started_at: now,
                             duration_ms: 1,

@@ -16,7 +16,7 @@
 //!    - database: the dispatcher's own statements for a delivery, without
 //!      HTTP or RabbitMQ, in a second fresh database: the events' rows
 //!      (as the api records them; the fan-in reads them), fan-in batch
-//!      ([`fanin::fan_in_batch`]), claim ([`store::claim`]), record
+//!      ([`fanin::fan_in_batch`]), claim with endpoints ([`store::claim_for_send`]), record
 //!      ([`store::record_successes`]), `BATCH_SIZE` deliveries a round,
 //!      two workers at once (two cores); deliveries/s.
 //! 4. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as

@@ -9,8 +9,9 @@
 //! - Works in batches: one claim statement leases up to `batch_size`
 //!   deliveries; each leased batch (claimed, or handed over by the fan-in)
 //!   then runs in a task of its own ([`run_batch`]), so the loop only claims:
-//!   one query loads the batch's endpoints (secrets opened once per
-//!   endpoint per batch), every attempt runs as its own task over the
+//!   the leasing statement read each lease's endpoint in the same round
+//!   trip ([`store::claim_for_send`], the fan-in's insert), the batch opens
+//!   its endpoints' secrets once per endpoint, every attempt runs as its own task over the
 //!   keep-alive pool of [`Sender`](crate::attempt::Sender), and one recorder task writes finished
 //!   successes many per statement ([`store::record_successes`]); failures
 //!   are recorded one transaction each, concurrently, since they may disable
@@ -55,7 +56,7 @@ use vid_webhooks::{Scheme, Secret};
 
 use crate::attempt::Request;
 use crate::settings::DispatcherSettings;
-use vid_deliveries::{self as store, AttemptRecord, Claimed, DeliveryStatus, EndpointForSend, EndpointStatus};
+use vid_deliveries::{self as store, AttemptRecord, Claimed, ClaimedForSend, DeliveryStatus, EndpointForSend, EndpointStatus};
 
 mod context;
 mod record;
@@ -64,8 +65,9 @@ pub use context::Context;
 use context::{per_endpoint, Leases};
 use record::{recorder, to_record, Done};
 
-/// Deliveries the fan-in leased in its own insert, with one in-process slot each.
-type Handed = Vec<(Claimed, OwnedSemaphorePermit)>;
+/// Leased deliveries with their endpoints (claimed, or leased by the
+/// fan-in in its own insert), with one in-process slot each.
+type Handed = Vec<(ClaimedForSend, OwnedSemaphorePermit)>;
 
 /// The fan-in's way into the scheduler (issue 22, "claim at fan-in"): it
 /// reserves in-process slots ([`Handoff::reserve`]), leases that many of
@@ -125,15 +127,15 @@ impl Handoff {
     /// Hands committed leases to the scheduler, one reserved slot each
     /// (surplus slots are freed). Returns them if the scheduler is draining
     /// (the caller releases them: [`store::release`]).
-    pub fn hand_over(&self, claimed: Vec<Claimed>, permits: Vec<OwnedSemaphorePermit>) -> Result<(), Vec<Claimed>> {
+    pub fn hand_over(&self, claimed: Vec<ClaimedForSend>, permits: Vec<OwnedSemaphorePermit>) -> Result<(), Vec<Claimed>> {
         if claimed.is_empty() {
             return Ok(());
         }
         let mut book = self.leases.lock().unwrap();
         if book.closed {
-            return Err(claimed);
+            return Err(claimed.into_iter().map(|(c, _)| c).collect());
         }
-        for c in &claimed {
+        for (c, _) in &claimed {
             book.held.insert(c.id.clone(), c.locked_until);
         }
         debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved slots");
@@ -231,7 +233,7 @@ impl Loop {
         let claimed = async {
             let mut conn = self.ctx.db.get().await?;
             let limit = i32::try_from(free).unwrap_or(i32::MAX);
-            anyhow::Ok(store::claim_answered(&mut conn, per_endpoint(&self.ctx), limit, lease_ms, &answered).await?)
+            anyhow::Ok(store::claim_for_send(&mut conn, per_endpoint(&self.ctx), limit, lease_ms, &answered).await?)
         };
         let claimed = match claimed.await {
             Ok(claimed) => claimed,
@@ -243,7 +245,7 @@ impl Loop {
         let claimed_all = claimed.len() == free;
         {
             let mut l = self.leases.lock().unwrap();
-            for c in &claimed {
+            for (c, _) in &claimed {
                 l.held.insert(c.id.clone(), c.locked_until);
             }
         }
@@ -255,8 +257,7 @@ impl Loop {
     /// Starts leased deliveries (claimed, or leased by the fan-in:
     /// [`Handoff::hand_over`]), already in the lease book, in a task of
     /// their own ([`run_batch`]), so the loop goes on claiming while their
-    /// endpoints load and their attempts run: a fanned-in batch never waits
-    /// behind a claim, nor a claim behind a batch's endpoint load.
+    /// attempts run: a fanned-in batch never waits behind a claim.
     fn start_handed(&mut self, handed: Handed) {
         if handed.is_empty() {
             return;
@@ -327,32 +328,15 @@ pub(crate) async fn give_back(db: &vid_db::Pool, claimed: &[Claimed]) -> anyhow:
     Ok(store::release(&mut conn, &leases).await?)
 }
 
-/// One batch of leased deliveries, in its own task: loads their endpoints
-/// ([`targets`]: one query, secrets opened once per endpoint), then starts
-/// each attempt as a task of its own holding its in-process slot until its
-/// outcome is recorded, or settles or postpones the delivery; ends when all
-/// its attempts have. Aborting it (the drain's grace is over) aborts its
-/// attempts. If the endpoints cannot be loaded, the leases are given back
-/// ([`targets`]) and leave the lease book; if giving them back fails too,
-/// they stay in the book, for the drain to release or to expire.
+/// One batch of leased deliveries, in its own task: opens their endpoints'
+/// secrets ([`targets`]: once per endpoint; the leasing statement read the
+/// endpoints), then starts each attempt as a task of its own holding its
+/// in-process slot until its outcome is recorded, or settles or postpones
+/// the delivery; ends when all its attempts have. Aborting it (the drain's
+/// grace is over) aborts its attempts.
 async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSender<Done>, handed: Handed) {
-    let (claimed, permits): (Vec<Claimed>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
-    let batch = match targets(&ctx, claimed).await {
-        Ok(batch) => batch,
-        Err((e, claimed, released)) => {
-            if released {
-                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed; released them");
-                let mut l = leases.lock().unwrap();
-                for c in &claimed {
-                    l.forget(c);
-                }
-            } else {
-                // Kept in the lease book: the drain releases them, or they expire.
-                tracing::warn!(error = %format!("{e:#}"), "loading the endpoints of leased deliveries failed, and releasing them too");
-            }
-            return;
-        }
-    };
+    let (claimed, permits): (Vec<ClaimedForSend>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
+    let batch = targets(&ctx, claimed);
     let mut attempts = JoinSet::new();
     for ((c, target), permit) in batch.into_iter().zip(permits) {
         match target {
@@ -384,47 +368,32 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
     while attempts.join_next().await.is_some() {}
 }
 
-/// Loads the endpoints of leased deliveries (one query) and opens each
-/// endpoint's secrets once. If the load fails, the leases are given back
-/// (rather than held until they expire), on a connection of their own if
-/// the load could not get one; returned with the error and whether the
-/// release landed.
-async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, Target)>, (anyhow::Error, Vec<Claimed>, bool)> {
-    if claimed.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut ids: Vec<EndpointId> = claimed.iter().map(|c| c.endpoint_id.clone()).collect();
-    ids.sort();
-    ids.dedup();
-    let loaded = async {
-        let mut conn = ctx.db.get().await?;
-        anyhow::Ok(store::load_endpoints(&mut conn, &ids).await?)
-    }
-    .await;
-    let endpoints = match loaded {
-        Ok(e) => e,
-        Err(e) => {
-            let released = give_back(&ctx.db, &claimed).await.is_ok();
-            return Err((e, claimed, released));
-        }
-    };
+/// What to do with each leased delivery, from the endpoint its leasing
+/// statement read ([`store::claim_for_send`], the fan-in's insert): send
+/// (each endpoint's secrets opened once), settle `failed` (deleted, or no
+/// such endpoint) or `paused` (disabled), or postpone (its secrets could
+/// not be opened).
+fn targets(ctx: &Context, claimed: Vec<ClaimedForSend>) -> Vec<(Claimed, Target)> {
     let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
-    for e in endpoints {
+    for e in claimed.iter().filter_map(|(_, e)| e.as_ref()) {
+        if targets.contains_key(&e.id) {
+            continue;
+        }
         let target = if e.deleted_at.is_some() {
             Target::Settle(DeliveryStatus::Failed)
         } else if e.status != EndpointStatus::Enabled {
             Target::Settle(DeliveryStatus::Paused)
         } else {
-            match ready(&ctx.sealing_key, &e) {
+            match ready(&ctx.sealing_key, e) {
                 Ok(r) => Target::Send(Arc::new(r)),
                 Err(err) => Target::Broken(format!("{err:#}")),
             }
         };
         targets.insert(e.id.clone(), Arc::new(target));
     }
-    Ok(claimed
+    claimed
         .into_iter()
-        .map(|c| {
+        .map(|(c, _)| {
             let target = match targets.get(&c.endpoint_id).map(|t| &**t) {
                 Some(Target::Send(r)) => Target::Send(r.clone()),
                 Some(Target::Settle(s)) => Target::Settle(*s),
@@ -433,7 +402,7 @@ async fn targets(ctx: &Context, claimed: Vec<Claimed>) -> Result<Vec<(Claimed, T
             };
             (c, target)
         })
-        .collect())
+        .collect()
 }
 
 /// Opens the endpoint's secrets (the current one, and the previous one
