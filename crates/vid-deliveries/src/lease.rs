@@ -257,23 +257,36 @@ pub async fn claim_answered(
     lease_ms: i64,
     answered: &[(DeliveryId, DateTime<Utc>)],
 ) -> QueryResult<Vec<Claimed>> {
+    claim_statement(CLAIM_SQL, per_endpoint, limit, lease_ms, answered).load(conn).await
+}
+
+/// `sql` ([`CLAIM_SQL`] or [`CLAIM_FOR_SEND_SQL`]) with the claim's five binds.
+fn claim_statement<'a>(
+    sql: &'static str,
+    per_endpoint: i32,
+    limit: i32,
+    lease_ms: i64,
+    answered: &'a [(DeliveryId, DateTime<Utc>)],
+) -> vid_db::CachedQuery<'a> {
     let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
     let tokens: Vec<DateTime<Utc>> = answered.iter().map(|(_, token)| *token).collect();
-    vid_db::cached_sql_query(CLAIM_SQL)
+    vid_db::cached_sql_query(sql)
         .bind::<BigInt, _>(i64::from(per_endpoint))
         .bind::<BigInt, _>(i64::from(limit))
         .bind::<BigInt, _>(lease_ms)
         .bind::<Array<Text>, _>(ids)
         .bind::<Array<Timestamptz>, _>(tokens)
-        .load(conn)
-        .await
 }
 
 /// [`claim_answered`], each lease with its endpoint's sending fields read
 /// in the same round trip ([`CLAIM_FOR_SEND_SQL`], one row per lease), so
 /// the caller need not load them ([`crate::load_endpoints`]) before
 /// sending. The endpoint is as the statement's snapshot saw it, taken just
-/// before the claim's own statements; `None` if it does not exist.
+/// before the claim's own statements; `None` if it did not exist then. A
+/// change committed while the claim ran (an `:enable`, a new endpoint, a
+/// delete) is not in it: a caller that would settle a lease on what it
+/// shows (missing, disabled, deleted) reads the endpoint again first, as
+/// the dispatcher does.
 ///
 /// Errors: as [`claim`].
 pub async fn claim_for_send(
@@ -283,16 +296,7 @@ pub async fn claim_for_send(
     lease_ms: i64,
     answered: &[(DeliveryId, DateTime<Utc>)],
 ) -> QueryResult<Vec<ClaimedForSend>> {
-    let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
-    let tokens: Vec<DateTime<Utc>> = answered.iter().map(|(_, token)| *token).collect();
-    let rows: Vec<ClaimedRow> = vid_db::cached_sql_query(CLAIM_FOR_SEND_SQL)
-        .bind::<BigInt, _>(i64::from(per_endpoint))
-        .bind::<BigInt, _>(i64::from(limit))
-        .bind::<BigInt, _>(lease_ms)
-        .bind::<Array<Text>, _>(ids)
-        .bind::<Array<Timestamptz>, _>(tokens)
-        .load(conn)
-        .await?;
+    let rows: Vec<ClaimedRow> = claim_statement(CLAIM_FOR_SEND_SQL, per_endpoint, limit, lease_ms, answered).load(conn).await?;
     Ok(rows
         .into_iter()
         .map(|r| {

@@ -37,8 +37,10 @@ pub async fn load_endpoint(conn: &mut AsyncPgConnection, id: &EndpointId) -> Que
     ep::table.filter(ep::id.eq(id)).select(EndpointForSend::as_select()).first(conn).await.optional()
 }
 
-/// Loads several endpoints for sending, in one query (a claimed batch's
-/// endpoints). Ids that do not exist are simply missing from the result.
+/// Loads several endpoints for sending, in one query: the dispatcher reads
+/// again, before settling on them, the endpoints a leasing statement's
+/// snapshot showed missing, disabled or deleted. Ids that do not exist are
+/// simply missing from the result.
 pub async fn load_endpoints(conn: &mut AsyncPgConnection, ids: &[EndpointId]) -> QueryResult<Vec<EndpointForSend>> {
     if ids.is_empty() {
         return Ok(Vec::new());

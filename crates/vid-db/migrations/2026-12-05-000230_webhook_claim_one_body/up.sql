@@ -11,8 +11,8 @@
 -- timeout (the five-argument function's SET lock_timeout = '2s' applies to
 -- the call) and its errors are the five-argument function's.
 --
--- A SQL function (not inlined: it returns a set from a VOLATILE plpgsql
--- function), so a caller of the old signature pays one extra function call.
+-- A SQL function (not inlined: it is itself VOLATILE), so a caller of the
+-- old signature pays one extra function call.
 
 CREATE OR REPLACE FUNCTION webhook_deliveries_claim(per_endpoint bigint, max_leases bigint, lease_ms bigint)
 RETURNS TABLE (id text, endpoint_id text, tenant_id text, event_id text, payload text,

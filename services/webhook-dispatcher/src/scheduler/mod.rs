@@ -336,7 +336,7 @@ pub(crate) async fn give_back(db: &vid_db::Pool, claimed: &[Claimed]) -> anyhow:
 /// grace is over) aborts its attempts.
 async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSender<Done>, handed: Handed) {
     let (claimed, permits): (Vec<ClaimedForSend>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
-    let batch = targets(&ctx, claimed);
+    let batch = targets(&ctx, claimed).await;
     let mut attempts = JoinSet::new();
     for ((c, target), permit) in batch.into_iter().zip(permits) {
         match target {
@@ -372,13 +372,47 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
 /// statement read ([`store::claim_for_send`], the fan-in's insert): send
 /// (each endpoint's secrets opened once), settle `failed` (deleted, or no
 /// such endpoint) or `paused` (disabled), or postpone (its secrets could
-/// not be opened).
-fn targets(ctx: &Context, claimed: Vec<ClaimedForSend>) -> Vec<(Claimed, Target)> {
-    let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
-    for e in claimed.iter().filter_map(|(_, e)| e.as_ref()) {
-        if targets.contains_key(&e.id) {
-            continue;
+/// not be opened, or the endpoint could not be read again).
+///
+/// That read is the statement's snapshot, taken before its leases were
+/// written: an `:enable`, or a new endpoint and its delivery, committed
+/// while the claim ran is not in it. So a settling decision (final, or
+/// `paused` until the next `:enable`) is never taken on it alone: the
+/// endpoints it shows missing, disabled or deleted are read again now
+/// ([`store::load_endpoints`], one query, rare) and decide; an enabled one
+/// is sent to as read (as before, a change committed after the read and
+/// before the request is not seen by this attempt).
+async fn targets(ctx: &Context, claimed: Vec<ClaimedForSend>) -> Vec<(Claimed, Target)> {
+    let mut endpoints: HashMap<EndpointId, EndpointForSend> = HashMap::new();
+    let mut recheck: Vec<EndpointId> = Vec::new();
+    for (c, e) in &claimed {
+        match e {
+            Some(e) if e.deleted_at.is_none() && e.status == EndpointStatus::Enabled => {
+                endpoints.entry(e.id.clone()).or_insert_with(|| e.clone());
+            }
+            _ => recheck.push(c.endpoint_id.clone()),
         }
+    }
+    recheck.sort();
+    recheck.dedup();
+    let mut unreadable: Option<String> = None;
+    if !recheck.is_empty() {
+        let loaded = async {
+            let mut conn = ctx.db.get().await?;
+            anyhow::Ok(store::load_endpoints(&mut conn, &recheck).await?)
+        }
+        .await;
+        match loaded {
+            Ok(fresh) => {
+                for e in fresh {
+                    endpoints.insert(e.id.clone(), e);
+                }
+            }
+            Err(e) => unreadable = Some(format!("reading the endpoint again failed: {e:#}")),
+        }
+    }
+    let mut targets: HashMap<EndpointId, Arc<Target>> = HashMap::new();
+    for (id, e) in &endpoints {
         let target = if e.deleted_at.is_some() {
             Target::Settle(DeliveryStatus::Failed)
         } else if e.status != EndpointStatus::Enabled {
@@ -389,16 +423,17 @@ fn targets(ctx: &Context, claimed: Vec<ClaimedForSend>) -> Vec<(Claimed, Target)
                 Err(err) => Target::Broken(format!("{err:#}")),
             }
         };
-        targets.insert(e.id.clone(), Arc::new(target));
+        targets.insert(id.clone(), Arc::new(target));
     }
     claimed
         .into_iter()
         .map(|(c, _)| {
-            let target = match targets.get(&c.endpoint_id).map(|t| &**t) {
-                Some(Target::Send(r)) => Target::Send(r.clone()),
-                Some(Target::Settle(s)) => Target::Settle(*s),
-                Some(Target::Broken(e)) => Target::Broken(e.clone()),
-                None => Target::Settle(DeliveryStatus::Failed),
+            let target = match (targets.get(&c.endpoint_id).map(|t| &**t), &unreadable) {
+                (Some(Target::Send(r)), _) => Target::Send(r.clone()),
+                (Some(Target::Settle(s)), _) => Target::Settle(*s),
+                (Some(Target::Broken(e)), _) => Target::Broken(e.clone()),
+                (None, Some(e)) => Target::Broken(e.clone()),
+                (None, None) => Target::Settle(DeliveryStatus::Failed),
             };
             (c, target)
         })
