@@ -775,7 +775,6 @@ async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
 /// not leased, though the claim chose it while it was still `pending`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_does_not_lease_a_delivery_paused_while_it_waited() {
-    use diesel::sql_types::{BigInt, Integer};
     use vid_deliveries as store;
     let w = World::new(&[]).await;
     let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
@@ -791,34 +790,10 @@ async fn a_claim_does_not_lease_a_delivery_paused_while_it_waited() {
         .unwrap();
     assert_eq!(paused, 1);
 
-    #[derive(QueryableByName)]
-    struct Pid {
-        #[diesel(sql_type = Integer)]
-        pid: i32,
-    }
     let mut claimer = w.conn().await;
-    let pid = diesel::sql_query("SELECT pg_backend_pid() AS pid").get_result::<Pid>(&mut claimer).await.unwrap().pid;
     let claim = tokio::spawn(async move { store::claim(&mut claimer, 8, 10, 60_000).await });
     // The event: the claim's backend waits on the held row lock.
-    let w = &w;
-    eventually(WAIT, "the claim waiting on the row lock", || async move {
-        let mut watcher = w.conn().await;
-        #[derive(QueryableByName)]
-        struct Waiting {
-            #[diesel(sql_type = BigInt)]
-            n: i64,
-        }
-        let n = diesel::sql_query(
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock' AND wait_event = 'transactionid'",
-        )
-        .bind::<Integer, _>(pid)
-        .get_result::<Waiting>(&mut watcher)
-        .await
-        .unwrap()
-        .n;
-        (n == 1).then_some(())
-    })
-    .await;
+    w.until_a_claim_waits_on_a_row_lock(WAIT).await;
     diesel::sql_query("COMMIT").execute(&mut holder).await.unwrap();
 
     let claimed = claim.await.unwrap().expect("the claim ends without error once the lock is gone");
@@ -1112,6 +1087,58 @@ async fn the_claim_reads_each_leases_endpoint() {
     assert!(store::claim(&mut conn, 2, 10, 60_000).await.unwrap().is_empty());
     let rows = w.deliveries(&a).await;
     assert_eq!(rows.iter().filter(|d| d.locked_until.is_some()).count(), 2);
+}
+
+/// A lease is never settled on the claim's snapshot alone (issue 22
+/// review): `claim_for_send` reads the endpoint in a snapshot taken before
+/// its own statements, so a change committed while the claim waits is not
+/// in it. Here the endpoint is disabled in that snapshot and enabled by the
+/// time its delivery is leased: the claim's `UPDATE` waits on the
+/// delivery's row lock, held by the transaction that enables the endpoint.
+/// (The endpoint is disabled with its delivery left `pending`, which no
+/// writer does, so that the claim's inner statements, which all see the
+/// delivery pending, are the only thing in the window.) The dispatcher
+/// reads the endpoint again before settling, and sends; settling on the
+/// snapshot would leave the delivery `paused` on an enabled endpoint with
+/// nothing sent (checked by removing the re-read: this test then fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_enabled_while_a_claim_waits_is_sent_to() {
+    let w = World::new(&[]).await;
+    let rx = Receiver::always(200).await;
+    let (a, _) = w.endpoint(&rx.url()).await;
+    let (_, payload) = w.record_event().await;
+    assert_eq!(w.fan_in(&payload).await, 1);
+    let mut setup = w.conn().await;
+    diesel::update(ep::table.filter(ep::id.eq(a.as_str()))).set(ep::status.eq("disabled")).execute(&mut setup).await.unwrap();
+
+    // The enabling transaction, open: it also holds the delivery's row lock.
+    let mut holder = w.conn().await;
+    diesel::sql_query("BEGIN").execute(&mut holder).await.unwrap();
+    diesel::update(ep::table.filter(ep::id.eq(a.as_str()))).set(ep::status.eq("enabled")).execute(&mut holder).await.unwrap();
+    let touched = diesel::update(dl::table.filter(dl::endpoint_id.eq(a.as_str())))
+        .set(dl::updated_at.eq(Utc::now()))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    assert_eq!(touched, 1);
+
+    let d = w.start(no_dns());
+    // The event: the dispatcher's claim waits on that row lock (its
+    // snapshot, and so its read of the endpoint, is older than the commit).
+    w.until_a_claim_waits_on_a_row_lock(WAIT).await;
+    assert!(rx.received().is_empty(), "nothing sent while the endpoint was disabled");
+    diesel::sql_query("COMMIT").execute(&mut holder).await.unwrap();
+
+    let rows = eventually(WAIT, "the delivery at rest", || async {
+        let rows = w.deliveries(&a).await;
+        (rows.len() == 1 && rows[0].at_rest()).then_some(rows)
+    })
+    .await;
+    assert_eq!(rows[0].status, "succeeded", "settled on the claim's stale snapshot: {rows:?}");
+    assert_eq!(rows[0].attempt_count, 1);
+    d.stop().await;
+    assert_eq!(rx.received().len(), 1, "sent once");
+    assert_eq!(w.endpoint_state(&a).await.0, "enabled");
 }
 
 /// The fan-in's lock statement tests each endpoint once, not once per new

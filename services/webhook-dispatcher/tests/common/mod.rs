@@ -196,6 +196,32 @@ impl World {
         let mut conn = self.conn().await;
         ep::table.filter(ep::id.eq(endpoint)).select((ep::status, ep::disabled_reason, ep::disabled_at)).first(&mut conn).await.unwrap()
     }
+
+    /// Waits (up to `limit`) until a claim of this world's database, a
+    /// statement calling `webhook_deliveries_claim`, waits on another
+    /// transaction's row lock (`pg_stat_activity`: wait event `Lock` /
+    /// `transactionid`): the event a test holding that lock waits for
+    /// before it commits, instead of a fixed sleep.
+    pub async fn until_a_claim_waits_on_a_row_lock(&self, limit: Duration) {
+        #[derive(QueryableByName)]
+        struct Waiting {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            n: i64,
+        }
+        eventually(limit, "a claim waiting on a row lock", || async {
+            let mut watcher = self.conn().await;
+            let n = diesel::sql_query(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                 AND wait_event = 'transactionid' AND query LIKE '%webhook_deliveries_claim(%'",
+            )
+            .get_result::<Waiting>(&mut watcher)
+            .await
+            .unwrap()
+            .n;
+            (n >= 1).then_some(())
+        })
+        .await;
+    }
 }
 
 #[derive(Debug, Clone, Queryable, Selectable)]
