@@ -68,8 +68,11 @@ pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-0
 /// (`webhook_deliveries_insert_leasing`, [`crate::fanin::fan_in_leasing`])
 /// with one whose lock statement groups the new deliveries by endpoint
 /// before testing each endpoint (nothing older due, a free slot), instead
-/// of testing it once per new delivery.
-pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000240_webhook_fanin_lock_per_endpoint/up.sql");
+/// of testing it once per new delivery (migration 000240), and whose
+/// "nothing older due" tests are scalar subqueries, one index probe per
+/// endpoint, which the planner cannot turn into a scan of every claimable
+/// delivery (migration 000250, the one in force).
+pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000250_webhook_fanin_probe_per_endpoint/up.sql");
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -383,6 +386,16 @@ mod tests {
         assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
         assert!(FANIN_LEASING_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing("));
         assert!(!FANIN_LEASING_FUNCTION.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
+    }
+
+    /// The fan-in's "nothing older due" tests are scalar subqueries (a
+    /// `NOT EXISTS` may become an anti join that scans every claimable
+    /// delivery per endpoint; migration 000250).
+    #[test]
+    fn the_fan_ins_due_tests_probe_per_endpoint() {
+        let body = &FANIN_LEASING_FUNCTION[FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION").unwrap()..];
+        assert!(!body.contains("NOT EXISTS"), "{body}");
+        assert_eq!(body.matches("LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].

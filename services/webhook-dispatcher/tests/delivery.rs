@@ -1175,6 +1175,49 @@ async fn a_fan_in_counts_each_endpoints_leases_once() {
     assert!((60..1_000).contains(&read), "the lease count read {read} entries of webhook_deliveries_leased (once per delivery: 3,840)");
 }
 
+/// The fan-in's "nothing older due" tests probe each endpoint's own
+/// claimable deliveries, never the whole backlog (migration `000250`): one
+/// event fanned in to 100 quiet endpoints, while another endpoint has 500
+/// deliveries due, reads a handful of `webhook_deliveries_claimable`
+/// entries (the busy endpoint's first). 000240's `NOT EXISTS`, planned as
+/// an anti join over that index, read the backlog for every endpoint
+/// (50,000 entries here; this test fails with it, checked), which in the
+/// bench's fan-out put the paced p99 at 117-151 ms instead of 27 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_tests_each_endpoint_not_the_backlog() {
+    use diesel::sql_types::{Array, Text};
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (busy, _) = w.endpoint("http://127.0.0.1:9/busy").await;
+    let backlog: Vec<vid_core::EventId> = (0..500).map(|_| vid_core::EventId::generate()).collect();
+    let mut conn = w.conn().await;
+    diesel::sql_query("INSERT INTO events (id, tenant_id, event_type, resource_id, payload) SELECT i, $2, $3, i, '{}' FROM unnest($1) i")
+        .bind::<Array<Text>, _>(backlog.iter().map(|e| e.as_str()).collect::<Vec<_>>())
+        .bind::<Text, _>(w.tenant.as_str())
+        .bind::<Text, _>(vid_core::event::EventType::VideoReady.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store::fan_in(&mut conn, &backlog).await.unwrap().deliveries, 500, "the busy endpoint's backlog, all due");
+    let mut quiet = Vec::new();
+    for i in 0..100 {
+        quiet.push(w.endpoint(&format!("http://127.0.0.1:9/{i}")).await.0);
+    }
+    let (event, _) = w.record_event().await;
+
+    let before = index_reads(&mut conn, "webhook_deliveries_claimable").await;
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000 });
+    let (fanned, leased) = store::fan_in_leasing(&mut conn, &[event], lease).await.unwrap();
+    let read = index_reads(&mut conn, "webhook_deliveries_claimable").await - before;
+    assert_eq!(fanned.deliveries, 101, "one per endpoint");
+    let mut got: Vec<_> = leased.iter().map(|(c, _)| c.endpoint_id.clone()).collect();
+    got.sort();
+    quiet.sort();
+    assert_eq!(got, quiet, "every quiet endpoint leased at once, the busy one not (older deliveries due)");
+    assert!(read < 100, "the fan-in read {read} entries of webhook_deliveries_claimable for 101 endpoints");
+    assert!(!leased.iter().any(|(c, _)| c.endpoint_id == busy));
+}
+
 /// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`),
 /// after flushing this session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
 async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> i64 {
