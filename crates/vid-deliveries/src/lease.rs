@@ -69,9 +69,10 @@ pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-0
 /// with one whose lock statement groups the new deliveries by endpoint
 /// before testing each endpoint (nothing older due, a free slot), instead
 /// of testing it once per new delivery (migration 000240), and whose
-/// "nothing older due" tests are scalar subqueries, one index probe per
-/// endpoint, which the planner cannot turn into a scan of every claimable
-/// delivery (migration 000250, the one in force).
+/// "nothing older due" tests are scalar subqueries in the order of
+/// `webhook_deliveries_claimable`, so each is one index probe per endpoint
+/// whether or not the table has statistics, never a scan of every
+/// claimable delivery or of the table (migration 000250, the one in force).
 pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000250_webhook_fanin_probe_per_endpoint/up.sql");
 
 /// A delivery leased by this process.
@@ -388,14 +389,18 @@ mod tests {
         assert!(!FANIN_LEASING_FUNCTION.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
     }
 
-    /// The fan-in's "nothing older due" tests are scalar subqueries (a
-    /// `NOT EXISTS` may become an anti join that scans every claimable
-    /// delivery per endpoint; migration 000250).
+    /// The fan-in's "nothing older due" tests are scalar subqueries in the
+    /// index's order (a `NOT EXISTS` may become an anti join that scans
+    /// every claimable delivery per endpoint; without the `ORDER BY`, an
+    /// analysed table gets a sequential scan per endpoint; migration
+    /// 000250). What they read is tested against a database
+    /// (`a_fan_out_tests_each_endpoint_not_the_backlog`).
     #[test]
     fn the_fan_ins_due_tests_probe_per_endpoint() {
         let body = &FANIN_LEASING_FUNCTION[FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION").unwrap()..];
         assert!(!body.contains("NOT EXISTS"), "{body}");
-        assert_eq!(body.matches("LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");
+        assert_eq!(body.matches("AND b.next_attempt_at <= now()").count(), 2);
+        assert_eq!(body.matches("ORDER BY b.next_attempt_at LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].

@@ -1176,15 +1176,35 @@ async fn a_fan_in_counts_each_endpoints_leases_once() {
 }
 
 /// The fan-in's "nothing older due" tests probe each endpoint's own
-/// claimable deliveries, never the whole backlog (migration `000250`): one
-/// event fanned in to 100 quiet endpoints, while another endpoint has 500
-/// deliveries due, reads a handful of `webhook_deliveries_claimable`
-/// entries (the busy endpoint's first). 000240's `NOT EXISTS`, planned as
-/// an anti join over that index, read the backlog for every endpoint
-/// (50,000 entries here; this test fails with it, checked), which in the
-/// bench's fan-out put the paced p99 at 117-151 ms instead of 27 ms.
+/// claimable deliveries, never the whole backlog nor the table (migration
+/// `000250`): one event fanned in to 100 quiet endpoints, while another
+/// endpoint has 500 deliveries due, reads a handful of
+/// `webhook_deliveries_claimable` entries (the busy endpoint's first) and
+/// no table row by a sequential scan, with and without statistics (each in
+/// a database of its own).
+/// 000240's `NOT EXISTS`, planned as an anti join over that index, read
+/// the backlog for every endpoint (50,501 entries here: this test fails
+/// with it, checked), which in the bench's fan-out put the paced p99 at
+/// 108-163 ms instead of 27 ms; the same tests without `ORDER BY` got a
+/// sequential scan per endpoint once the table was analysed (found by a
+/// review: 100,001 rows read here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_out_tests_each_endpoint_not_the_backlog() {
+    for analysed in [false, true] {
+        let (read, scanned) = fan_out_beside_a_backlog(analysed).await;
+        assert!(read < 100, "analysed {analysed}: the fan-in read {read} entries of webhook_deliveries_claimable for 101 endpoints");
+        assert_eq!(scanned, 0, "analysed {analysed}: the fan-in read {scanned} rows of webhook_deliveries by sequential scans");
+    }
+}
+
+/// In a world of its own: one endpoint with 500 deliveries due, then 100
+/// quiet endpoints, `ANALYZE webhook_deliveries` if `analysed` (statistics
+/// of the backlog alone, as autovacuum could take them), then one event
+/// fanned in with leasing. Checks that every quiet endpoint was leased at
+/// once and the busy one not (older deliveries due); returns the entries
+/// of `webhook_deliveries_claimable` and the rows of `webhook_deliveries`
+/// read by sequential scans during that fan-in.
+async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     use diesel::sql_types::{Array, Text};
     use vid_deliveries as store;
     let w = World::new(&[]).await;
@@ -1199,23 +1219,43 @@ async fn a_fan_out_tests_each_endpoint_not_the_backlog() {
         .await
         .unwrap();
     assert_eq!(store::fan_in(&mut conn, &backlog).await.unwrap().deliveries, 500, "the busy endpoint's backlog, all due");
+    if analysed {
+        diesel::sql_query("ANALYZE webhook_deliveries").execute(&mut conn).await.unwrap();
+    }
     let mut quiet = Vec::new();
     for i in 0..100 {
         quiet.push(w.endpoint(&format!("http://127.0.0.1:9/{i}")).await.0);
     }
+    quiet.sort();
     let (event, _) = w.record_event().await;
-
-    let before = index_reads(&mut conn, "webhook_deliveries_claimable").await;
+    let before = (index_reads(&mut conn, "webhook_deliveries_claimable").await, seq_reads(&mut conn, "webhook_deliveries").await);
     let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000 });
     let (fanned, leased) = store::fan_in_leasing(&mut conn, &[event], lease).await.unwrap();
-    let read = index_reads(&mut conn, "webhook_deliveries_claimable").await - before;
+    let read = index_reads(&mut conn, "webhook_deliveries_claimable").await - before.0;
+    let scanned = seq_reads(&mut conn, "webhook_deliveries").await - before.1;
     assert_eq!(fanned.deliveries, 101, "one per endpoint");
     let mut got: Vec<_> = leased.iter().map(|(c, _)| c.endpoint_id.clone()).collect();
     got.sort();
-    quiet.sort();
     assert_eq!(got, quiet, "every quiet endpoint leased at once, the busy one not (older deliveries due)");
-    assert!(read < 100, "the fan-in read {read} entries of webhook_deliveries_claimable for 101 endpoints");
     assert!(!leased.iter().any(|(c, _)| c.endpoint_id == busy));
+    (read, scanned)
+}
+
+/// Rows read so far from `table` by sequential scans (`pg_stat_user_tables.seq_tup_read`),
+/// after flushing this session's pending statistics (as [`index_reads`]).
+async fn seq_reads(conn: &mut diesel_async::AsyncPgConnection, table: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct Reads {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
+    let r: Reads = diesel::sql_query("SELECT seq_tup_read AS n FROM pg_stat_user_tables WHERE relname = $1")
+        .bind::<diesel::sql_types::Text, _>(table)
+        .get_result(conn)
+        .await
+        .unwrap();
+    r.n
 }
 
 /// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`),
