@@ -1241,37 +1241,26 @@ async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     (read, scanned)
 }
 
-/// Rows read so far from `table` by sequential scans (`pg_stat_user_tables.seq_tup_read`),
-/// after flushing this session's pending statistics (as [`index_reads`]).
+/// Rows read so far from `table` by sequential scans (`pg_stat_user_tables.seq_tup_read`).
 async fn seq_reads(conn: &mut diesel_async::AsyncPgConnection, table: &str) -> i64 {
-    #[derive(QueryableByName)]
-    struct Reads {
-        #[diesel(sql_type = diesel::sql_types::BigInt)]
-        n: i64,
-    }
-    diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
-    let r: Reads = diesel::sql_query("SELECT seq_tup_read AS n FROM pg_stat_user_tables WHERE relname = $1")
-        .bind::<diesel::sql_types::Text, _>(table)
-        .get_result(conn)
-        .await
-        .unwrap();
-    r.n
+    counter(conn, "SELECT seq_tup_read AS n FROM pg_stat_user_tables WHERE relname = $1", table).await
 }
 
-/// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`),
-/// after flushing this session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
+/// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`).
 async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> i64 {
+    counter(conn, "SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = $1", name).await
+}
+
+/// The statistics counter `sql` reads (one row, column `n`, `$1` = `name`),
+/// after flushing this session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
+async fn counter(conn: &mut diesel_async::AsyncPgConnection, sql: &str, name: &str) -> i64 {
     #[derive(QueryableByName)]
     struct Reads {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
     diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
-    let r: Reads = diesel::sql_query("SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = $1")
-        .bind::<diesel::sql_types::Text, _>(name)
-        .get_result(conn)
-        .await
-        .unwrap();
+    let r: Reads = diesel::sql_query(sql).bind::<diesel::sql_types::Text, _>(name).get_result(conn).await.unwrap();
     r.n
 }
 
