@@ -1203,7 +1203,7 @@ async fn a_fan_out_tests_each_endpoint_not_the_backlog() {
 /// fanned in with leasing. Checks that every quiet endpoint was leased at
 /// once and the busy one not (older deliveries due); returns the entries
 /// of `webhook_deliveries_claimable` and the rows of `webhook_deliveries`
-/// read by sequential scans during that fan-in.
+/// read by sequential scans during that fan-in ([`delivery_reads`]).
 async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     use diesel::sql_types::{Array, Text};
     use vid_deliveries as store;
@@ -1228,11 +1228,11 @@ async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     }
     quiet.sort();
     let (event, _) = w.record_event().await;
-    let before = (index_reads(&mut conn, "webhook_deliveries_claimable").await, seq_reads(&mut conn, "webhook_deliveries").await);
+    let before = delivery_reads(&mut conn).await;
     let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000 });
     let (fanned, leased) = store::fan_in_leasing(&mut conn, &[event], lease).await.unwrap();
-    let read = index_reads(&mut conn, "webhook_deliveries_claimable").await - before.0;
-    let scanned = seq_reads(&mut conn, "webhook_deliveries").await - before.1;
+    let after = delivery_reads(&mut conn).await;
+    let (read, scanned) = (after.0 - before.0, after.1 - before.1);
     assert_eq!(fanned.deliveries, 101, "one per endpoint");
     let mut got: Vec<_> = leased.iter().map(|(c, _)| c.endpoint_id.clone()).collect();
     got.sort();
@@ -1241,26 +1241,20 @@ async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     (read, scanned)
 }
 
-/// Rows read so far from `table` by sequential scans (`pg_stat_user_tables.seq_tup_read`).
-async fn seq_reads(conn: &mut diesel_async::AsyncPgConnection, table: &str) -> i64 {
-    counter(conn, "SELECT seq_tup_read AS n FROM pg_stat_user_tables WHERE relname = $1", table).await
-}
-
-/// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`).
-async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> i64 {
-    counter(conn, "SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = $1", name).await
-}
-
-/// The statistics counter `sql` reads (one row, column `n`, `$1` = `name`),
+/// Entries returned so far by the index `name` (`pg_stat_user_indexes.idx_tup_read`),
 /// after flushing this session's pending statistics (`pg_stat_force_next_flush`, PostgreSQL 15).
-async fn counter(conn: &mut diesel_async::AsyncPgConnection, sql: &str, name: &str) -> i64 {
+async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> i64 {
     #[derive(QueryableByName)]
     struct Reads {
         #[diesel(sql_type = diesel::sql_types::BigInt)]
         n: i64,
     }
     diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
-    let r: Reads = diesel::sql_query(sql).bind::<diesel::sql_types::Text, _>(name).get_result(conn).await.unwrap();
+    let r: Reads = diesel::sql_query("SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = $1")
+        .bind::<diesel::sql_types::Text, _>(name)
+        .get_result(conn)
+        .await
+        .unwrap();
     r.n
 }
 
