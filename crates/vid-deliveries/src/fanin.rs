@@ -108,7 +108,7 @@ static MISSING_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(missi
 
 /// Leasing the new deliveries of a fan-in in its own insert ([`fan_in_leasing`]):
 /// what the caller's claim would have asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseFresh {
     /// The per-endpoint bound (`per_endpoint_concurrency`), as [`crate::lease::claim`] takes it.
     pub per_endpoint: i32,
@@ -116,13 +116,19 @@ pub struct LeaseFresh {
     pub limit: i32,
     /// The lease, in milliseconds.
     pub lease_ms: i64,
+    /// The caller's leases whose requests are over but whose outcome is not
+    /// recorded yet, as (delivery, claim token): left out of their
+    /// endpoints' counts, each only while it is still that very lease, as
+    /// [`crate::lease::claim_answered`] does. Empty: every lease counts.
+    pub answered: Vec<(DeliveryId, DateTime<Utc>)>,
 }
 
 /// [`fan_in_leasing`]'s insert: `webhook_deliveries_insert_leasing`
-/// ([`crate::lease::LEASING_FUNCTIONS`]), one round trip. `$1`–`$8` the new
+/// ([`crate::lease::FANIN_LEASING_FUNCTION`]), one round trip. `$1`–`$8` the new
 /// deliveries as arrays, in the insert order; `$9` the per-endpoint bound,
 /// `$10` how many may be leased in all (0: none, no lock is taken and no
-/// endpoint read), `$11` the lease in ms. A delivery is inserted leased when
+/// endpoint read), `$11` the lease in ms, `$12`/`$13` the caller's answered
+/// leases (ids, claim tokens; [`LeaseFresh::answered`]). A delivery is inserted leased when
 /// its endpoint is unthrottled and has no unleased delivery already due (so
 /// the oldest due is still sent first: the claim's order), it fits both in
 /// the endpoint's free slots (counted exactly as the claim counts them) and
@@ -133,7 +139,7 @@ pub struct LeaseFresh {
 const INSERT_SQL: &str = concat!(
     "SELECT c.id, c.endpoint_id, c.tenant_id, c.event_id, c.payload, c.attempt_count, c.manual_retry, c.locked_until, ",
     endpoint_columns!(),
-    " FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) c \
+    " FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) c \
      LEFT JOIN webhook_endpoints e ON c.locked_until IS NOT NULL AND e.id = c.endpoint_id"
 );
 
@@ -188,8 +194,8 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// another transaction holds at that moment (a claim, another fan-in, or an
 /// endpoint sharing its lock's hash) gets its deliveries unleased (due now:
 /// the scheduler claims them once woken). A leased delivery is exactly what
-/// [`crate::lease::claim`] would have returned for it (same lease, token,
-/// order rule). Returns what was inserted and the leased deliveries with their endpoints (as [`crate::lease::claim_for_send`] returns them), in
+/// [`crate::lease::claim_answered`] with the same [`LeaseFresh::answered`]
+/// would have returned for it (same bound, lease, token, order rule). Returns what was inserted and the leased deliveries with their endpoints (as [`crate::lease::claim_for_send`] returns them), in
 /// insert order. The leases are real once the insert commits: at once in
 /// autocommit, or with the caller's transaction (which then also holds the
 /// endpoint locks until it ends, and is aborted by an error here).
@@ -221,7 +227,10 @@ async fn insert_leasing(
     }
     let pending = missing.iter().filter(|m| m.status == EndpointStatus::Enabled).count();
     let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
-    let LeaseFresh { per_endpoint, limit, lease_ms } = lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0 });
+    let LeaseFresh { per_endpoint, limit, lease_ms, answered } =
+        lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0, answered: Vec::new() });
+    let (answered_ids, answered_tokens): (Vec<String>, Vec<DateTime<Utc>>) =
+        answered.into_iter().map(|(id, token)| (id.as_str().to_owned(), token)).unzip();
     let now = Utc::now();
     let n = missing.len();
     let (mut ids, mut tenants, mut endpoints, mut events, mut types, mut payloads, mut statuses, mut due) = (
@@ -257,6 +266,8 @@ async fn insert_leasing(
         .bind::<BigInt, _>(i64::from(per_endpoint.max(1)))
         .bind::<BigInt, _>(i64::from(limit.max(0)))
         .bind::<BigInt, _>(lease_ms)
+        .bind::<Array<Text>, _>(answered_ids)
+        .bind::<Array<Timestamptz>, _>(answered_tokens)
         .load(conn)
         .await?;
     let mut out = FannedIn { deliveries: inserted.len(), events: Vec::with_capacity(inserted.len()) };

@@ -64,16 +64,19 @@ pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/
 /// so there is one claim body to maintain.
 pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-05-000230_webhook_claim_one_body/up.sql");
 
-/// The migration that replaces [`LEASING_FUNCTIONS`]' fan-in insert
-/// (`webhook_deliveries_insert_leasing`, [`crate::fanin::fan_in_leasing`])
-/// with one whose lock statement groups the new deliveries by endpoint
-/// before testing each endpoint (nothing older due, a free slot), instead
-/// of testing it once per new delivery (migration 000240), and whose
-/// "nothing older due" tests are scalar subqueries in the order of
+/// The migration whose fan-in insert is in force: the thirteen-argument
+/// `webhook_deliveries_insert_leasing` ([`crate::fanin::fan_in_leasing`]),
+/// which leaves the caller's answered leases out of each endpoint's count
+/// as the claim does ([`CLAIM_ANSWERED_FUNCTION`]; migration 000260), with
+/// the eleven-argument one a SQL function calling it with empty arrays.
+/// Its body is 000250's: the lock statement groups the new deliveries by
+/// endpoint before testing each endpoint (nothing older due, a free slot),
+/// instead of testing it once per new delivery (000240), and the "nothing
+/// older due" tests are scalar subqueries in the order of
 /// `webhook_deliveries_claimable`, so each is one index probe per endpoint
 /// whether or not the table has statistics, never a scan of every
-/// claimable delivery or of the table (migration 000250, the one in force).
-pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000250_webhook_fanin_probe_per_endpoint/up.sql");
+/// claimable delivery or of the table.
+pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000260_webhook_fanin_answered/up.sql");
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -385,8 +388,13 @@ mod tests {
             CLAIM_ONE_BODY.contains("FROM webhook_deliveries_claim(per_endpoint, max_leases, lease_ms, '{}'::text[], '{}'::timestamptz[])")
         );
         assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
-        assert!(FANIN_LEASING_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing("));
+        assert!(FANIN_LEASING_FUNCTION.contains("CREATE FUNCTION webhook_deliveries_insert_leasing("));
         assert!(!FANIN_LEASING_FUNCTION.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
+        // The eleven-argument fan-in is the thirteen-argument one with nothing answered.
+        let wrapper = &FANIN_LEASING_FUNCTION
+            [FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        assert!(wrapper.contains("statuses, due, per_endpoint, max_leases, lease_ms,\n                                           '{}'::text[], '{}'::timestamptz[]) c"), "{wrapper}");
+        assert!(!wrapper.contains("pg_try_advisory_xact_lock"), "a second fan-in body");
     }
 
     /// The fan-in's "nothing older due" tests are scalar subqueries in the
@@ -397,7 +405,7 @@ mod tests {
     /// (`a_fan_out_tests_each_endpoint_not_the_backlog`).
     #[test]
     fn the_fan_ins_due_tests_probe_per_endpoint() {
-        let body = &FANIN_LEASING_FUNCTION[FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION").unwrap()..];
+        let body = &FANIN_LEASING_FUNCTION[FANIN_LEASING_FUNCTION.find("CREATE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
         assert!(!body.contains("NOT EXISTS"), "{body}");
         assert_eq!(body.matches("AND b.next_attempt_at <= now()").count(), 2);
         assert_eq!(body.matches("ORDER BY b.next_attempt_at LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");

@@ -29,6 +29,12 @@
 //!   (`succeeded|failed|cancelled|shutdown|retry|malformed`)
 //! - `webhook_delivery_attempts_total{outcome}`, `webhook_delivery_attempt_duration_seconds`,
 //!   `webhook_retry_backlog`, `webhook_endpoints_disabled_total{reason}` (dispatcher)
+//! - `webhook_deliveries_leased_total{by}` (dispatcher: deliveries leased for an attempt, `by`
+//!   `fanin` when the fan-in's insert leased them, `claim` when a claim did; in a burst the
+//!   claims carry nearly all, since the fan-in leases only for an endpoint with nothing older
+//!   due; counted when leased, so a lease given back unsent at shutdown counts too),
+//!   `webhook_claims_total{result}` (dispatcher's claim statements that returned, `result`
+//!   `leased|empty`; a failed one is logged, not counted)
 //! - `events_reconciled_total`, `webhook_deliveries_reconciled_total` (dispatcher's
 //!   reconciliation: events found without their deliveries, and the deliveries it created; 0 on
 //!   a healthy system), gauges `events_reconcile_last_success_timestamp_seconds` (Unix seconds

@@ -163,6 +163,7 @@ async fn handle_batch(
     match fan_in_leasing(db, &messages, handoff).await {
         Ok((inserted, leased)) => {
             let leased_n = leased.len();
+            counter!("webhook_deliveries_leased_total", "by" => "fanin").increment(leased_n as u64);
             if let Err(back) = handoff.hand_over(leased.0, leased.1) {
                 release(db, &back).await;
             }

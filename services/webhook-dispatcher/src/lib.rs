@@ -41,6 +41,16 @@
 //!   (refreshed every `retry_backlog_interval_ms`).
 //! - `webhook_endpoints_disabled_total{reason}`: `gone`, `failed_deliveries`, `failing_too_long`.
 //! - `amqp_messages_consumed_total{queue,outcome}`: fan-in messages, `ack|requeue|reject`.
+//! - `webhook_deliveries_leased_total{by}`: deliveries leased for an attempt,
+//!   `by` `fanin` (the fan-in's insert leased them: no claim) or `claim`.
+//!   The fan-in leases only for an endpoint with nothing older due, so in a
+//!   burst that outruns the receivers nearly every delivery waits for a
+//!   claim (BENCHMARKS.md, 2026-12-06 third session).
+//! - `webhook_claims_total{result}`: claim statements that returned,
+//!   `leased` or `empty` (nothing claimable within the bounds; the loop's
+//!   wake-ups are not told why, so some are); a failed one is logged, not
+//!   counted. Leases are counted when taken: one given back unsent at
+//!   shutdown counts too.
 //! - `events_reconciled_total`, `webhook_deliveries_reconciled_total`:
 //!   events (and their delivery rows) the reconciliation created because the
 //!   message path had not; 0 on a healthy system, so any increase is a lost message.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use common::*;
 use diesel::prelude::*;
+use vid_core::{DeliveryId, EndpointId};
 use vid_db::schema::{events, webhook_deliveries as dl, webhook_endpoints as ep};
 use vid_db::RunQueryDsl;
 use vid_netguard::{StaticResolver, UrlPolicy};
@@ -665,7 +666,10 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
         conn.transaction::<_, diesel::result::Error, _>(|conn| {
             let ids = vec![event_2.clone()];
             async move {
-                store::fan_in_leasing(conn, &ids, |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000 })).await
+                store::fan_in_leasing(conn, &ids, |_| {
+                    Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new() })
+                })
+                .await
             }
             .scope_boxed()
         }),
@@ -743,7 +747,7 @@ async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
         .unwrap();
     let (e1, _) = w.record_event().await;
     let (e2, _) = w.record_event().await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000 });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered: Vec::new() });
     let (mine, theirs) = one
         .transaction::<_, diesel::result::Error, _>(|one| {
             let two = &mut two;
@@ -868,7 +872,7 @@ async fn the_leasing_functions_refuse_a_snapshot_older_than_their_locks() {
     let (first, payload) = w.record_event().await;
     assert_eq!(w.fan_in(&payload).await, 1);
     let mut conn = w.conn().await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000 });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new() });
     let (second, _) = w.record_event().await;
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         diesel::sql_query(format!("BEGIN ISOLATION LEVEL {level}")).execute(&mut conn).await.unwrap();
@@ -1033,17 +1037,127 @@ async fn a_claim_leaves_out_the_callers_answered_leases_only() {
     assert!(last.len() == 1 && last[0].endpoint_id == b, "{last:?}");
 
     // Bad arrays: refused before anything is read.
-    for (ids, tokens) in [("NULL", "'{}'"), ("ARRAY['x']", "'{}'"), ("'{}'", "NULL")] {
-        let e = diesel::sql_query(format!("SELECT * FROM webhook_deliveries_claim(2, 10, 60000, {ids}, {tokens}::timestamptz[])"))
-            .execute(&mut conn)
-            .await
-            .expect_err("bad arrays accepted");
+    refuses_bad_answered_arrays(&mut conn, |ids, tokens| format!("webhook_deliveries_claim(2, 10, 60000, {ids}, {tokens})")).await;
+    assert_leased(&w, &a, 4, 11, "two answered and two open; two succeeded").await;
+}
+
+/// `call(ids, tokens)` (a function call with those answered arrays, as SQL)
+/// is refused with `of one length` for a NULL or a too long array.
+async fn refuses_bad_answered_arrays(conn: &mut diesel_async::AsyncPgConnection, call: impl Fn(&str, &str) -> String) {
+    for (ids, tokens) in [("NULL", "'{}'::timestamptz[]"), ("ARRAY['x']", "'{}'::timestamptz[]"), ("'{}'", "NULL::timestamptz[]")] {
+        let e = diesel::sql_query(format!("SELECT * FROM {}", call(ids, tokens))).execute(conn).await.expect_err("bad arrays accepted");
         assert!(refusal(e).contains("of one length"), "{ids} {tokens}");
     }
-    let rows = w.deliveries(&a).await;
-    let leased = rows.iter().filter(|d| d.status == "pending" && d.locked_until.is_some()).count();
-    assert_eq!(leased, 4, "two answered and two open; two succeeded");
-    assert_eq!(rows.len(), 11);
+}
+
+/// `endpoint` has `rows` deliveries, `leased` of them pending and leased.
+async fn assert_leased(w: &World, endpoint: &EndpointId, leased: usize, rows: usize, why: &str) {
+    let all = w.deliveries(endpoint).await;
+    assert_eq!(all.iter().filter(|d| d.status == "pending" && d.locked_until.is_some()).count(), leased, "{why}");
+    assert_eq!(all.len(), rows);
+}
+
+/// The fan-in's bound counts requests open at the receiver, as the claim's
+/// does (migration `2026-12-06-000260`): its insert leaves out the caller's
+/// answered leases, each only while it is still that very lease: an entry
+/// listed twice counts once, and a wrong token, an expired lease or a
+/// paused delivery frees nothing. Bad arrays are refused before anything is
+/// read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_in_leaves_out_the_callers_answered_leases_only() {
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let mut conn = w.conn().await;
+    let bound = 2;
+    let lease_with = |answered: Vec<(DeliveryId, chrono::DateTime<Utc>)>| {
+        move |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered })
+    };
+    let token = |c: &store::Claimed| (c.id.clone(), c.locked_until);
+    let (e1, _) = w.record_event().await;
+    let (e2, _) = w.record_event().await;
+    let (_, first) = store::fan_in_leasing(&mut conn, &[e1, e2], lease_with(Vec::new())).await.unwrap();
+    let first: Vec<store::Claimed> = first.into_iter().map(|(c, _)| c).collect();
+    assert_eq!(first.len(), 2, "up to the bound");
+
+    // Nothing answered: at the bound, the new delivery waits for a claim.
+    let (done, leased) = fan_in_one(&w, &mut conn, lease_with(Vec::new())).await;
+    assert!(done.deliveries == 1 && leased.is_empty(), "leased past the bound: {leased:?}");
+    settle_the_unleased(&w, &a).await;
+
+    // A wrong token (a lease lost meanwhile) frees no slot.
+    let stale = (first[0].id.clone(), first[0].locked_until + chrono::Duration::milliseconds(1));
+    let (_, leased) = fan_in_one(&w, &mut conn, lease_with(vec![stale])).await;
+    assert!(leased.is_empty(), "a stale token counted as over: {leased:?}");
+    settle_the_unleased(&w, &a).await;
+
+    // One attempt over, listed twice: exactly one more of two new, so two requests are open again.
+    let (e_x, _) = w.record_event().await;
+    let (e_y, _) = w.record_event().await;
+    let twice = vec![token(&first[0]), token(&first[0])];
+    let (_, more) = store::fan_in_leasing(&mut conn, &[e_x, e_y], lease_with(twice)).await.unwrap();
+    assert_eq!(more.len(), 1, "a repeated entry freed two slots: {more:?}");
+    settle_the_unleased(&w, &a).await;
+    let (_, leased) = fan_in_one(&w, &mut conn, lease_with(vec![token(&first[0])])).await;
+    assert!(leased.is_empty(), "still two open, yet leased {leased:?}");
+    settle_the_unleased(&w, &a).await;
+
+    // The three leases all answered: two more in one fan-in (the bound, not three).
+    let all = vec![token(&first[0]), token(&first[1]), token(&more[0].0)];
+    let (e3, _) = w.record_event().await;
+    let (e4, _) = w.record_event().await;
+    let (e5, _) = w.record_event().await;
+    let (_, two) = store::fan_in_leasing(&mut conn, &[e3, e4, e5], lease_with(all)).await.unwrap();
+    assert_eq!(two.len(), 2, "{two:?}");
+
+    // Bad arrays: refused before anything is read or inserted.
+    refuses_bad_answered_arrays(&mut conn, |ids, tokens| {
+        format!("webhook_deliveries_insert_leasing('{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', 2, 10, 60000, {ids}, {tokens})")
+    })
+    .await;
+    assert_leased(&w, &a, 5, 10, "first (2), more (1) and two of the last three; four others settled").await;
+
+    // An answered entry frees a slot only while it is a counted lease: one
+    // whose lease has run out (not yet swept) or that was paused meanwhile
+    // frees nothing. (Events now reach a, at its bound with an older
+    // delivery due, and b.)
+    let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
+    let (e6, _) = w.record_event().await;
+    let (e7, _) = w.record_event().await;
+    let (_, on_b) = store::fan_in_leasing(&mut conn, &[e6, e7], lease_with(Vec::new())).await.unwrap();
+    assert!(on_b.len() == 2 && on_b.iter().all(|(c, _)| c.endpoint_id == b), "{on_b:?}");
+    let past = Utc::now() - chrono::Duration::seconds(1);
+    diesel::update(dl::table.filter(dl::id.eq(on_b[0].0.id.as_str()))).set(dl::locked_until.eq(past)).execute(&mut conn).await.unwrap();
+    diesel::update(dl::table.filter(dl::id.eq(on_b[1].0.id.as_str()))).set(dl::status.eq("paused")).execute(&mut conn).await.unwrap();
+    let not_counted = vec![(on_b[0].0.id.clone(), past), token(&on_b[1].0)];
+    let four: Vec<_> = futures::future::join_all((0..4).map(|_| w.record_event())).await.into_iter().map(|(e, _)| e).collect();
+    let (_, refill) = store::fan_in_leasing(&mut conn, &four, lease_with(not_counted)).await.unwrap();
+    assert!(refill.len() == 2 && refill.iter().all(|(c, _)| c.endpoint_id == b), "b has no counted lease: exactly its bound, {refill:?}");
+    assert_leased(&w, &b, 3, 6, "the expired one and the two of the refill").await;
+}
+
+/// Fans in one new event with `lease`.
+async fn fan_in_one(
+    w: &World,
+    conn: &mut diesel_async::AsyncPgConnection,
+    lease: impl FnOnce(usize) -> Option<vid_deliveries::LeaseFresh> + Send,
+) -> (vid_deliveries::FannedIn, Vec<vid_deliveries::ClaimedForSend>) {
+    let (e, _) = w.record_event().await;
+    vid_deliveries::fan_in_leasing(conn, std::slice::from_ref(&e), lease).await.unwrap()
+}
+
+/// Settles (`succeeded`) the one delivery of `endpoint` that is pending and
+/// not leased: while it is due, a fan-in leaves its new deliveries for the
+/// claim (nothing older may be due).
+async fn settle_the_unleased(w: &World, endpoint: &EndpointId) {
+    let rows: Vec<_> = w.deliveries(endpoint).await.into_iter().filter(|d| d.status == "pending" && d.locked_until.is_none()).collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let mut conn = w.conn().await;
+    diesel::update(dl::table.filter(dl::id.eq(&rows[0].id)))
+        .set((dl::status.eq("succeeded"), dl::next_attempt_at.eq(None::<chrono::DateTime<Utc>>)))
+        .execute(&mut conn)
+        .await
+        .unwrap();
 }
 
 /// The scheduler's claim reads each lease's endpoint in the same round trip
@@ -1162,10 +1276,11 @@ async fn a_fan_in_counts_each_endpoints_leases_once() {
         ids.push(w.record_event().await.0);
     }
     let before = index_reads(&mut conn, "webhook_deliveries_leased").await;
-    let (fanned, leased) =
-        store::fan_in_leasing(&mut conn, &ids, |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000 }))
-            .await
-            .unwrap();
+    let (fanned, leased) = store::fan_in_leasing(&mut conn, &ids, |_| {
+        Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new() })
+    })
+    .await
+    .unwrap();
     let read = index_reads(&mut conn, "webhook_deliveries_leased").await - before;
     assert_eq!(fanned.deliveries, 64);
     let got: Vec<&str> = leased.iter().map(|(c, _)| c.event_id.as_str()).collect();
@@ -1229,7 +1344,7 @@ async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     quiet.sort();
     let (event, _) = w.record_event().await;
     let before = delivery_reads(&mut conn).await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000 });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000, answered: Vec::new() });
     let (fanned, leased) = store::fan_in_leasing(&mut conn, &[event], lease).await.unwrap();
     let after = delivery_reads(&mut conn).await;
     let (read, scanned) = (after.0 - before.0, after.1 - before.1);

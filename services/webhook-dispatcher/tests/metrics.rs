@@ -44,6 +44,12 @@ async fn counters_move_with_deliveries() {
     // ≥: the other test of this binary may be sending too.
     assert!(sample(&after, "webhook_delivery_attempt_duration_seconds_count", &[]).unwrap_or(0.0) >= 2.0, "{after}");
     assert_eq!(sample(&after, "amqp_messages_consumed_total", &[("queue", &queue), ("outcome", "ack")]), Some(1.0), "{after}");
+    // Two attempts, each under a lease: the retry's can only come from a
+    // claim (the fan-in leases only the rows it inserts). ≥, as above.
+    let leased = |by: &str| sample(&after, "webhook_deliveries_leased_total", &[("by", by)]).unwrap_or(0.0);
+    assert!(leased("claim") >= 1.0, "{after}");
+    assert!(leased("fanin") + leased("claim") >= 2.0, "{after}");
+    assert!(sample(&after, "webhook_claims_total", &[("result", "leased")]).unwrap_or(0.0) >= 1.0, "{after}");
     // The backlog gauge is refreshed every 200 ms here; after the success nothing waits for a retry.
     let backlog = eventually(Duration::from_secs(10), "backlog gauge back to 0", || async {
         let (_, _, text) = http_get(d.health, "/metrics").await;

@@ -18,7 +18,13 @@
 //!      (as the api records them; the fan-in reads them), fan-in batch
 //!      ([`fanin::fan_in_batch`]), claim with endpoints ([`store::claim_for_send`]), record
 //!      ([`store::record_successes`]), `BATCH_SIZE` deliveries a round,
-//!      two workers at once (two cores); deliveries/s.
+//!      two workers at once (two cores); deliveries/s;
+//!    - write floor: the two writes every delivery needs at least, in a
+//!      third fresh database: `BATCH_SIZE` deliveries inserted already
+//!      leased (one multi-row insert) and recorded as successes
+//!      ([`store::record_successes`]), two workers; no claim, no advisory
+//!      locks, no reads beyond the writes' own key lookups. The gap between it and the database ceiling is what the
+//!      leasing's reads, locks and planning cost.
 //! 4. Burst: publishes `EVENTS` (default 4000) `EventPublished` messages as
 //!    fast as the broker confirms them (`PUBLISH_CONCURRENCY` in flight,
 //!    default 256, each publish awaiting its own confirm) and waits until every
@@ -26,6 +32,14 @@
 //!    first publish).
 //! 5. Paced: publishes at half the burst throughput (each publish scheduled
 //!    on its own, so confirms do not slow the pace) for about 8 s.
+//!
+//! For the burst and the paced phase it also prints how the deliveries were
+//! leased (the dispatcher's `webhook_deliveries_leased_total{by}` and
+//! `webhook_claims_total{result}`), and it writes `phase burst start`,
+//! `phase burst end`, `phase paced start` and `phase paced end` lines with a
+//! Unix time in ms to stderr (each start after that phase's events are
+//! recorded in `events`, just before the first publish), so a profiler can
+//! be cut to a phase.
 //!
 //! Latency = first receipt of a delivery − the instant just before its
 //! `publish` (which includes the broker confirm), same process, same clock.
@@ -65,7 +79,7 @@ use vid_webhooks::Secret;
 mod ceilings;
 mod events;
 
-use ceilings::{broker_ceiling, database_ceiling};
+use ceilings::{broker_ceiling, database_ceiling, write_floor};
 use events::{bench_event, record_events};
 
 /// `(webhook-id, arrival)` of every request, in arrival order.
@@ -102,6 +116,11 @@ async fn start_receiver(log: Log) -> std::net::SocketAddr {
         }
     });
     addr
+}
+
+/// Milliseconds since the Unix epoch (the phase lines' clock).
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis())
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -322,6 +341,7 @@ struct Burst {
 /// Step 4: `events` events published as fast as confirmed, then every delivery awaited.
 async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) -> Burst {
     let burst = bench.record(events).await;
+    eprintln!("phase burst start {}", unix_ms());
     let start = Instant::now();
     let published: HashMap<String, Instant> = futures::stream::iter(burst)
         .map(|msg| {
@@ -355,6 +375,7 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
     let paced_n = ((paced_rate * 8.0) as usize).clamp(200, cfg.events);
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
     let paced_events = bench.record(paced_n).await;
+    eprintln!("phase paced start {}", unix_ms());
     let p_start = Instant::now();
     let mut handles = Vec::with_capacity(paced_n);
     for (i, msg) in paced_events.into_iter().enumerate() {
@@ -374,15 +395,80 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
     Paced { rate: paced_rate, n: paced_n, elapsed: paced_elapsed, lat: plat, dups: pdups }
 }
 
+/// The dispatcher's lease counters on this process's metrics page
+/// (`webhook_deliveries_leased_total{by}`, `webhook_claims_total{result}`;
+/// every replica of the run together).
+#[derive(Debug, Clone, Copy, Default)]
+struct LeaseCounts {
+    /// Deliveries the fan-in's insert leased.
+    at_fanin: f64,
+    /// Deliveries claims leased.
+    by_claims: f64,
+    /// Claim statements.
+    claims: f64,
+    /// Claim statements that leased nothing.
+    empty_claims: f64,
+}
+
+impl LeaseCounts {
+    fn read() -> LeaseCounts {
+        let page = vid_infra::metrics::render();
+        // The sum of the samples of `name` whose labels contain `label`.
+        let sum = |name: &str, label: &str| -> f64 {
+            page.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        LeaseCounts {
+            at_fanin: sum("webhook_deliveries_leased_total", "by=\"fanin\""),
+            by_claims: sum("webhook_deliveries_leased_total", "by=\"claim\""),
+            claims: sum("webhook_claims_total", "result="),
+            empty_claims: sum("webhook_claims_total", "result=\"empty\""),
+        }
+    }
+
+    fn since(&self, before: &LeaseCounts) -> LeaseCounts {
+        LeaseCounts {
+            at_fanin: self.at_fanin - before.at_fanin,
+            by_claims: self.by_claims - before.by_claims,
+            claims: self.claims - before.claims,
+            empty_claims: self.empty_claims - before.empty_claims,
+        }
+    }
+
+    /// `leased 123 at the fan-in (4.5 %), 2,600 by 90 claims (12 of them empty)`.
+    fn describe(&self) -> String {
+        let all = (self.at_fanin + self.by_claims).max(1.0);
+        format!(
+            "leased {:.0} at the fan-in ({:.1} %), {:.0} by {:.0} claims ({:.0} of them empty)",
+            self.at_fanin,
+            100.0 * self.at_fanin / all,
+            self.by_claims,
+            self.claims,
+            self.empty_claims
+        )
+    }
+}
+
 /// Prints the report (the lines `scripts/bench-dispatch.sh` passes through). `ceilings`:
-/// broker messages/s, database deliveries/s; `counts`: attempts without a 200, deliveries
-/// not succeeded (-1 if a count failed).
-fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burst, paced: &Paced, counts: (i64, i64)) {
+/// broker messages/s, database deliveries/s, write floor deliveries/s; `counts`: attempts
+/// without a 200, deliveries not succeeded (-1 if a count failed); `leases`: the lease
+/// counters of the burst and of the paced phase.
+fn report(
+    cfg: &Config,
+    wrk_rps: Option<f64>,
+    ceilings: (f64, f64, f64),
+    burst: &Burst,
+    paced: &Paced,
+    counts: (i64, i64),
+    leases: (LeaseCounts, LeaseCounts),
+) {
     let Config {
         events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, replicas, ..
     } = *cfg;
     let plan_cache_mode = cfg.plan_cache_mode.as_deref().unwrap_or("auto (default)");
-    let ((broker_rate, database_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
+    let ((broker_rate, database_rate, floor_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
     println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} replicas={replicas} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
@@ -412,6 +498,11 @@ fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burs
             100.0 * bound / w
         );
     }
+    println!(
+        "write floor in this run: {floor_rate:.0} deliveries/s (the durable writes alone: leased rows inserted, successes recorded; no claim, no advisory locks, no reads beyond their key lookups); database ceiling = {:.1} %, dispatcher = {:.1} % of it",
+        100.0 * database_rate / floor_rate,
+        100.0 * rate / floor_rate
+    );
     let (lat, plat) = (&burst.lat, &paced.lat);
     println!(
         "burst latency publish → receipt: p50 {} p99 {} max {}",
@@ -419,6 +510,7 @@ fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burs
         ms(percentile(lat, 99.0)),
         ms(lat.last().copied().unwrap_or_default())
     );
+    println!("burst: {}", leases.0.describe());
     println!(
         "paced at {:.0} deliveries/s (half the burst throughput; {} events in {:.2} s): p50 {} p99 {} max {}",
         paced.rate * endpoints as f64,
@@ -428,6 +520,7 @@ fn report(cfg: &Config, wrk_rps: Option<f64>, ceilings: (f64, f64), burst: &Burs
         ms(percentile(plat, 99.0)),
         ms(plat.last().copied().unwrap_or_default())
     );
+    println!("paced: {}", leases.1.describe());
     println!(
         "duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}",
         burst.dups, paced.dups
@@ -453,6 +546,7 @@ async fn main() {
     // 3. Ceilings of the broker and of the database, before the dispatcher runs.
     let broker_rate = broker_ceiling(&settings, cfg.events, cfg.publish_concurrency, cfg.prefetch).await;
     let database_rate = database_ceiling(&settings, cfg.events, cfg.batch as usize, 2).await;
+    let floor_rate = write_floor(&settings, cfg.events, cfg.batch as usize, 2).await;
     let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
     let publisher = Publisher::new(&amqp).await.unwrap();
     Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
@@ -471,10 +565,17 @@ async fn main() {
     }
     bench.collect(&warm, Duration::from_secs(60)).await;
 
-    // 4. Burst.
+    // 4. Burst. The phase lines go to stderr with a Unix time in ms, so a
+    // profiler run beside the bench (e.g. `perf record -a`) can be cut to a
+    // phase (BENCHMARKS.md, 2026-12-06 third session).
+    let before = LeaseCounts::read();
     let burst = burst(&bench, cfg.events, cfg.publish_concurrency).await;
+    eprintln!("phase burst end {}", unix_ms());
+    let after_burst = LeaseCounts::read();
     // 5. Paced at half the burst throughput.
     let paced = paced(&bench, burst.rate, &cfg).await;
+    eprintln!("phase paced end {}", unix_ms());
+    let leases = (after_burst.since(&before), LeaseCounts::read().since(&after_burst));
 
     // Attempts that did not get a 200 (retried; they inflate the tail).
     let non_200: i64 =
@@ -488,5 +589,5 @@ async fn main() {
     let _ = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(running)).await;
     let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
-    report(&cfg, wrk_rps, (broker_rate, database_rate), &burst, &paced, (non_200, not_succeeded));
+    report(&cfg, wrk_rps, (broker_rate, database_rate, floor_rate), &burst, &paced, (non_200, not_succeeded), leases);
 }

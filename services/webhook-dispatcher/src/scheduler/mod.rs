@@ -115,12 +115,15 @@ impl Handoff {
         std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).collect()
     }
 
-    /// What the fan-in leases for `slots` reserved slots: the claim's bound and lease.
+    /// What the fan-in leases for `slots` reserved slots: the claim's bound
+    /// and lease, and this process's answered leases, which the bound leaves
+    /// out as the claim's does.
     pub fn lease(&self, slots: usize) -> store::fanin::LeaseFresh {
         store::fanin::LeaseFresh {
             per_endpoint: self.per_endpoint,
             limit: i32::try_from(slots).unwrap_or(i32::MAX),
             lease_ms: self.lease_ms,
+            answered: self.leases.lock().unwrap().answered_leases(),
         }
     }
 
@@ -243,6 +246,8 @@ impl Loop {
             }
         };
         let claimed_all = claimed.len() == free;
+        counter!("webhook_claims_total", "result" => if claimed.is_empty() { "empty" } else { "leased" }).increment(1);
+        counter!("webhook_deliveries_leased_total", "by" => "claim").increment(claimed.len() as u64);
         {
             let mut l = self.leases.lock().unwrap();
             for (c, _) in &claimed {
@@ -489,4 +494,40 @@ fn open_secret(key: &SealingKey, endpoint: &vid_core::EndpointId, sealed: &[u8])
     let plain = key.open(endpoint.as_str(), sealed)?;
     let text = String::from_utf8(plain)?;
     Ok(Secret::parse(&text)?)
+}
+
+#[cfg(test)]
+mod handoff_tests {
+    use super::*;
+
+    /// The fan-in's lease request carries this process's answered leases
+    /// (the lease book's, still held with the same token), so its bound
+    /// counts open requests as the claim's does (migration 000260).
+    #[test]
+    fn the_fan_ins_lease_carries_the_answered_leases() {
+        let settings: crate::Settings = vid_testkit::settings(&[]);
+        let handoff = Handoff::new(&settings.dispatcher);
+        assert!(handoff.lease(4).answered.is_empty());
+        let token = chrono::Utc::now();
+        let c = Claimed {
+            id: vid_core::DeliveryId::generate(),
+            endpoint_id: vid_core::EndpointId::generate(),
+            tenant_id: vid_core::TenantId::generate(),
+            event_id: vid_core::EventId::generate(),
+            payload: "{}".to_owned(),
+            attempt_count: 0,
+            manual_retry: false,
+            locked_until: token,
+        };
+        {
+            let mut book = handoff.leases.lock().unwrap();
+            book.held.insert(c.id.clone(), token);
+            book.answered(&c);
+        }
+        let lease = handoff.lease(4);
+        assert_eq!(lease.answered, vec![(c.id.clone(), token)]);
+        assert_eq!((lease.limit, lease.per_endpoint), (4, i32::try_from(settings.dispatcher.per_endpoint_concurrency).unwrap()));
+        handoff.leases.lock().unwrap().forget(&c);
+        assert!(handoff.lease(4).answered.is_empty(), "a recorded lease is no longer answered");
+    }
 }
