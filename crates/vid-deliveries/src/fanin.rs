@@ -229,8 +229,7 @@ async fn insert_leasing(
     let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
     let LeaseFresh { per_endpoint, limit, lease_ms, answered } =
         lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0, answered: Vec::new() });
-    let (answered_ids, answered_tokens): (Vec<String>, Vec<DateTime<Utc>>) =
-        answered.into_iter().map(|(id, token)| (id.as_str().to_owned(), token)).unzip();
+    let (answered_ids, answered_tokens) = crate::lease::answered_arrays(&answered);
     let now = Utc::now();
     let n = missing.len();
     let (mut ids, mut tenants, mut endpoints, mut events, mut types, mut payloads, mut statuses, mut due) = (

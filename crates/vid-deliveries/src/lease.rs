@@ -267,6 +267,12 @@ pub async fn claim_answered(
     claim_statement(CLAIM_SQL, per_endpoint, limit, lease_ms, answered).load(conn).await
 }
 
+/// Answered leases as the leasing functions take them: the delivery ids
+/// (`text[]`) and the claim tokens (`timestamptz[]`), in the same order.
+pub(crate) fn answered_arrays(answered: &[(DeliveryId, DateTime<Utc>)]) -> (Vec<&str>, Vec<DateTime<Utc>>) {
+    answered.iter().map(|(id, token)| (id.as_str(), *token)).unzip()
+}
+
 /// `sql` ([`CLAIM_SQL`] or [`CLAIM_FOR_SEND_SQL`]) with the claim's five binds.
 fn claim_statement<'a>(
     sql: &'static str,
@@ -275,8 +281,7 @@ fn claim_statement<'a>(
     lease_ms: i64,
     answered: &'a [(DeliveryId, DateTime<Utc>)],
 ) -> vid_db::CachedQuery<'a> {
-    let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
-    let tokens: Vec<DateTime<Utc>> = answered.iter().map(|(_, token)| *token).collect();
+    let (ids, tokens) = answered_arrays(answered);
     vid_db::cached_sql_query(sql)
         .bind::<BigInt, _>(i64::from(per_endpoint))
         .bind::<BigInt, _>(i64::from(limit))

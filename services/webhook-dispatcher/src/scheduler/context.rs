@@ -80,25 +80,27 @@ pub(super) fn per_endpoint(ctx: &Context) -> i32 {
     i32::try_from(ctx.settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX)
 }
 
+/// A lease of delivery `id` with claim token `token` (other fields made
+/// up), for the lease book's tests.
+#[cfg(test)]
+pub(super) fn lease(id: &DeliveryId, token: DateTime<Utc>) -> vid_deliveries::Claimed {
+    vid_deliveries::Claimed {
+        id: id.clone(),
+        endpoint_id: vid_core::EndpointId::generate(),
+        tenant_id: vid_core::TenantId::generate(),
+        event_id: vid_core::EventId::generate(),
+        payload: "{}".to_owned(),
+        attempt_count: 0,
+        manual_retry: false,
+        locked_until: token,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::Duration;
-    use vid_core::{EndpointId, EventId, TenantId};
 
     use super::*;
-
-    fn lease(id: &DeliveryId, token: DateTime<Utc>) -> vid_deliveries::Claimed {
-        vid_deliveries::Claimed {
-            id: id.clone(),
-            endpoint_id: EndpointId::generate(),
-            tenant_id: TenantId::generate(),
-            event_id: EventId::generate(),
-            payload: "{}".to_owned(),
-            attempt_count: 0,
-            manual_retry: false,
-            locked_until: token,
-        }
-    }
 
     /// An answered mark counts only for the very lease it was made for: once
     /// the delivery's lease expired and this process leased it again (a new

@@ -509,16 +509,7 @@ mod handoff_tests {
         let handoff = Handoff::new(&settings.dispatcher);
         assert!(handoff.lease(4).answered.is_empty());
         let token = chrono::Utc::now();
-        let c = Claimed {
-            id: vid_core::DeliveryId::generate(),
-            endpoint_id: vid_core::EndpointId::generate(),
-            tenant_id: vid_core::TenantId::generate(),
-            event_id: vid_core::EventId::generate(),
-            payload: "{}".to_owned(),
-            attempt_count: 0,
-            manual_retry: false,
-            locked_until: token,
-        };
+        let c = context::lease(&vid_core::DeliveryId::generate(), token);
         {
             let mut book = handoff.leases.lock().unwrap();
             book.held.insert(c.id.clone(), token);
