@@ -3,8 +3,10 @@
 # deliveries/s (event published → 2xx received at a fast receiver on
 # 127.0.0.1) as a ratio to wrk's requests/s against the SAME receiver, in the
 # same run; p50/p99 publish → receipt latency in a burst and when paced at half
-# the measured throughput. Figures only, nothing asserted. Loopback only; the
-# local stack must be up (`make infra`).
+# the measured throughput, and the CPU time a delivery costs PostgreSQL,
+# RabbitMQ and the bench's own process in each phase (from /proc; Linux).
+# Figures only, nothing asserted. Loopback only; the local stack must be up
+# (`make infra`).
 #
 #   EVENTS=4000 ENDPOINTS=1 PER_ENDPOINT_CONCURRENCY=64 WRK_DURATION=10s scripts/bench-dispatch.sh
 # (also BATCH_SIZE, MAX_IN_FLIGHT, PREFETCH, POOL_SIZE, PUBLISH_CONCURRENCY,

@@ -19,13 +19,14 @@ use vid_deliveries::{self as store, AttemptRecord};
 use vid_infra::amqp::{Publisher, Topology, RK_EVENT};
 use vid_webhook_dispatcher::{fanin, Settings};
 
+use crate::cpu::{Snapshot, Use};
 use crate::events::{bench_event, record_events};
 
 /// Broker ceiling: `n` messages published through `prefix`'s events exchange
 /// into its quorum queue (`concurrency` confirms in flight) and consumed
 /// with `prefetch` and one `multiple` ack per batch. Messages/s from the
-/// first publish to the last message received.
-pub(crate) async fn broker_ceiling(settings: &Settings, n: usize, concurrency: usize, prefetch: u16) -> f64 {
+/// first publish to the last message received, and the CPU used meanwhile.
+pub(crate) async fn broker_ceiling(settings: &Settings, n: usize, concurrency: usize, prefetch: u16) -> (f64, Use) {
     use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
     let prefix = vid_testkit::unique_prefix();
     let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
@@ -39,6 +40,7 @@ pub(crate) async fn broker_ceiling(settings: &Settings, n: usize, concurrency: u
         .await
         .unwrap();
     let tenant = TenantId::generate();
+    let cpu = Snapshot::take();
     let start = Instant::now();
     let exchange = topology.events_exchange();
     let publishing = tokio::spawn({
@@ -69,13 +71,14 @@ pub(crate) async fn broker_ceiling(settings: &Settings, n: usize, concurrency: u
         channel.basic_ack(last, BasicAckOptions { multiple: true }).await.unwrap();
     }
     let elapsed = start.elapsed();
+    let cpu = cpu.until(&Snapshot::take());
     publishing.await.unwrap();
     let ch = publisher.channel();
     for q in [topology.webhook_events(), topology.transcode_jobs(), topology.transcode_dead(), topology.transcode_reports()] {
         let _ = ch.queue_delete(&q, Default::default()).await;
     }
     let _ = amqp.close(200, "done").await;
-    n as f64 / elapsed.as_secs_f64()
+    (n as f64 / elapsed.as_secs_f64(), cpu)
 }
 
 /// A fresh database (a second or third one beside the dispatcher's) with
@@ -105,14 +108,15 @@ async fn ceiling_world(settings: &Settings) -> (vid_db::Pool, TenantId, Endpoint
 }
 
 /// `workers` tasks each repeat `round` until `n` deliveries are recorded
-/// (each round returns how many it recorded). Deliveries/s.
-async fn rounds<F, Fut>(n: usize, workers: usize, round: F) -> f64
+/// (each round returns how many it recorded). Deliveries/s, and the CPU used meanwhile.
+async fn rounds<F, Fut>(n: usize, workers: usize, round: F) -> (f64, Use)
 where
     F: Fn() -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = usize> + Send,
 {
     use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
     let recorded = Arc::new(AtomicUsize::new(0));
+    let cpu = Snapshot::take();
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
@@ -124,7 +128,8 @@ where
         });
     }
     while tasks.join_next().await.is_some() {}
-    AtomicUsize::load(&recorded, SeqCst) as f64 / start.elapsed().as_secs_f64()
+    let rate = AtomicUsize::load(&recorded, SeqCst) as f64 / start.elapsed().as_secs_f64();
+    (rate, cpu.until(&Snapshot::take()))
 }
 
 /// A success as the scheduler records it (200, "ok", 1 ms).
@@ -144,8 +149,8 @@ fn success(now: chrono::DateTime<Utc>) -> AttemptRecord {
 /// Database ceiling: in a second fresh database with one tenant and one
 /// enabled endpoint, `workers` tasks each repeat fan-in of `batch` new
 /// events, a claim of up to `batch`, and recording those as successes,
-/// until `n` deliveries are recorded. Deliveries/s.
-pub(crate) async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: usize) -> f64 {
+/// until `n` deliveries are recorded. Deliveries/s, and the CPU used meanwhile.
+pub(crate) async fn database_ceiling(settings: &Settings, n: usize, batch: usize, workers: usize) -> (f64, Use) {
     let (pool, tenant, _) = ceiling_world(settings).await;
     rounds(n, workers, move || {
         let (pool, tenant) = (pool.clone(), tenant.clone());
@@ -174,8 +179,8 @@ pub(crate) async fn database_ceiling(settings: &Settings, n: usize, batch: usize
 /// the writes' own foreign-key checks and key lookups (and the recording
 /// statement's endpoint health check): the two writes (and two commits a
 /// batch) every delivery needs at least, with the schema's indexes,
-/// triggers and foreign keys. Deliveries/s.
-pub(crate) async fn write_floor(settings: &Settings, n: usize, batch: usize, workers: usize) -> f64 {
+/// triggers and foreign keys. Deliveries/s, and the CPU used meanwhile.
+pub(crate) async fn write_floor(settings: &Settings, n: usize, batch: usize, workers: usize) -> (f64, Use) {
     use chrono::SubsecRound;
     use vid_db::schema::webhook_deliveries as dl;
     let (pool, tenant, endpoint) = ceiling_world(settings).await;

@@ -41,6 +41,13 @@
 //! recorded in `events`, just before the first publish), so a profiler can
 //! be cut to a phase.
 //!
+//! CPU (`cpu.rs`, from `/proc`): for the burst and the paced phase, the
+//! CPU time a delivery cost PostgreSQL, RabbitMQ, this process and the rest
+//! of the machine, with its idle and steal; for wrk, the broker ceiling and
+//! the write floor, each part's CPU per request, message or delivery; and
+//! their sum, the CPU a delivery would cost with every part at its floor,
+//! as deliveries/s the machine's cores could carry at most.
+//!
 //! Latency = first receipt of a delivery − the instant just before its
 //! `publish` (which includes the broker confirm), same process, same clock.
 //! Figures only: nothing is asserted.
@@ -77,9 +84,11 @@ use vid_webhook_dispatcher::{Dispatcher, Settings};
 use vid_webhooks::Secret;
 
 mod ceilings;
+mod cpu;
 mod events;
 
 use ceilings::{broker_ceiling, database_ceiling, write_floor};
+use cpu::{Snapshot, Use};
 use events::{bench_event, record_events};
 
 /// `(webhook-id, arrival)` of every request, in arrival order.
@@ -270,12 +279,22 @@ impl Config {
     }
 }
 
+/// wrk's figures: requests/s (its own), and the requests the receiver
+/// logged with the CPU used meanwhile (from the URL printed to wrk's
+/// figure read back: wrk's start and end included).
+struct Wrk {
+    rps: Option<f64>,
+    requests: usize,
+    cpu: Use,
+}
+
 /// Step 1: starts the receiver, prints `RECEIVER_URL <url>` and waits for
 /// wrk's requests/s on stdin (run by the script). Returns the receiver's URL
-/// and wrk's figure; the log is cleared of wrk's requests.
-async fn receiver_and_wrk(log: &Log) -> (String, Option<f64>) {
+/// and wrk's figures; the log is cleared of wrk's requests.
+async fn receiver_and_wrk(log: &Log) -> (String, Wrk) {
     let addr = start_receiver(log.clone()).await;
     let url = format!("http://{addr}/hook");
+    let cpu = Snapshot::take();
     println!("RECEIVER_URL {url}");
     std::io::stdout().flush().unwrap();
     let wrk_rps: Option<f64> = tokio::task::spawn_blocking(|| {
@@ -285,8 +304,9 @@ async fn receiver_and_wrk(log: &Log) -> (String, Option<f64>) {
     })
     .await
     .unwrap();
-    log.lock().unwrap().clear();
-    (url, wrk_rps)
+    let cpu = cpu.until(&Snapshot::take());
+    let requests = std::mem::take(&mut *log.lock().unwrap()).len();
+    (url, Wrk { rps: wrk_rps, requests, cpu })
 }
 
 /// One tenant and `endpoints` enabled endpoints at `url` (secrets sealed with
@@ -336,12 +356,15 @@ struct Burst {
     deliveries: usize,
     rate: f64,
     dups: usize,
+    /// From the first publish to the last delivery received.
+    cpu: Use,
 }
 
 /// Step 4: `events` events published as fast as confirmed, then every delivery awaited.
 async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) -> Burst {
     let burst = bench.record(events).await;
     eprintln!("phase burst start {}", unix_ms());
+    let cpu = Snapshot::take();
     let start = Instant::now();
     let published: HashMap<String, Instant> = futures::stream::iter(burst)
         .map(|msg| {
@@ -353,11 +376,12 @@ async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) ->
         .await;
     let published_in = start.elapsed();
     let (mut lat, last, dups) = bench.collect(&published, Duration::from_secs(300)).await;
+    let cpu = cpu.until(&Snapshot::take());
     let span = last.map_or(Duration::ZERO, |l| l.saturating_duration_since(start));
     let deliveries = lat.len();
     let rate = deliveries as f64 / span.as_secs_f64().max(1e-9);
     lat.sort();
-    Burst { lat, span, published_in, deliveries, rate, dups }
+    Burst { lat, span, published_in, deliveries, rate, dups, cpu }
 }
 
 /// Step 5's figures: the pace in events/s, events, time to publish them, sorted latencies.
@@ -367,6 +391,8 @@ struct Paced {
     elapsed: Duration,
     lat: Vec<Duration>,
     dups: usize,
+    /// From the first publish to the last delivery received.
+    cpu: Use,
 }
 
 /// Step 5: paced at half the burst throughput (in events/s: deliveries / endpoints).
@@ -376,6 +402,7 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
     let paced_events = bench.record(paced_n).await;
     eprintln!("phase paced start {}", unix_ms());
+    let cpu = Snapshot::take();
     let p_start = Instant::now();
     let mut handles = Vec::with_capacity(paced_n);
     for (i, msg) in paced_events.into_iter().enumerate() {
@@ -391,8 +418,9 @@ async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
     }
     let paced_elapsed = p_start.elapsed();
     let (mut plat, _, pdups) = bench.collect(&paced, Duration::from_secs(120)).await;
+    let cpu = cpu.until(&Snapshot::take());
     plat.sort();
-    Paced { rate: paced_rate, n: paced_n, elapsed: paced_elapsed, lat: plat, dups: pdups }
+    Paced { rate: paced_rate, n: paced_n, elapsed: paced_elapsed, lat: plat, dups: pdups, cpu }
 }
 
 /// The dispatcher's lease counters on this process's metrics page
@@ -451,14 +479,51 @@ impl LeaseCounts {
     }
 }
 
-/// Prints the report (the lines `scripts/bench-dispatch.sh` passes through). `ceilings`:
-/// broker messages/s, database deliveries/s, write floor deliveries/s; `counts`: attempts
+/// Step 3's figures, each with the CPU used while it ran: broker messages/s,
+/// database deliveries/s, write floor deliveries/s.
+struct Ceilings {
+    broker: (f64, Use),
+    database: (f64, Use),
+    floor: (f64, Use),
+}
+
+/// The CPU lines: each dispatcher phase per delivery, each part alone at
+/// its floor, and what the machine could carry with every part at its floor.
+fn report_cpu(cfg: &Config, wrk: &Wrk, ceilings: &Ceilings, burst: &Burst, paced: &Paced) {
+    use cpu::per;
+    let cores = cpu::cores();
+    println!("CPU a delivery, burst: {}", burst.cpu.per_delivery(burst.deliveries, cores));
+    println!("CPU a delivery, paced: {}", paced.cpu.per_delivery(paced.lat.len(), cores));
+    // Items a ceiling handled: its rate over the span its CPU was read in.
+    let items = |(rate, cpu): &(f64, Use)| (rate * cpu.wall).round() as usize;
+    let request = per(wrk.cpu.busy, wrk.requests);
+    let (b, f) = (&ceilings.broker.1, &ceilings.floor.1);
+    let message = per(b.rabbitmq + b.this, items(&ceilings.broker));
+    let write = per(f.postgres + f.this, items(&ceilings.floor));
+    println!(
+        "CPU at the floors: wrk {request:.3} ms a request (wrk and the receiver; {}); broker {message:.3} ms a message (RabbitMQ {:.3}, this process {:.3}); write floor {write:.3} ms a delivery (PostgreSQL {:.3}, this process {:.3}); database ceiling: PostgreSQL {:.3} ms a delivery",
+        wrk.cpu.machine(),
+        per(b.rabbitmq, items(&ceilings.broker)),
+        per(b.this, items(&ceilings.broker)),
+        per(f.postgres, items(&ceilings.floor)),
+        per(f.this, items(&ceilings.floor)),
+        per(ceilings.database.1.postgres, items(&ceilings.database)),
+    );
+    let floor = request + message / cfg.endpoints.max(1) as f64 + write;
+    println!(
+        "every part at its floor: {floor:.3} ms a delivery (a request, a message per {} endpoint(s), the two writes): {cores} cores carry at most {:.0} deliveries/s",
+        cfg.endpoints,
+        cores as f64 * 1e3 / floor.max(1e-9)
+    );
+}
+
+/// Prints the report (the lines `scripts/bench-dispatch.sh` passes through). `counts`: attempts
 /// without a 200, deliveries not succeeded (-1 if a count failed); `leases`: the lease
 /// counters of the burst and of the paced phase.
 fn report(
     cfg: &Config,
-    wrk_rps: Option<f64>,
-    ceilings: (f64, f64, f64),
+    wrk: &Wrk,
+    ceilings: &Ceilings,
     burst: &Burst,
     paced: &Paced,
     counts: (i64, i64),
@@ -468,7 +533,9 @@ fn report(
         events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, replicas, ..
     } = *cfg;
     let plan_cache_mode = cfg.plan_cache_mode.as_deref().unwrap_or("auto (default)");
-    let ((broker_rate, database_rate, floor_rate), (non_200, not_succeeded), rate) = (ceilings, counts, burst.rate);
+    let ((broker_rate, database_rate, floor_rate), (non_200, not_succeeded), rate) =
+        ((ceilings.broker.0, ceilings.database.0, ceilings.floor.0), counts, burst.rate);
+    let wrk_rps = wrk.rps;
     println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} replicas={replicas} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
@@ -525,6 +592,7 @@ fn report(
         "duplicates received: {} (burst) + {} (paced); attempts without a 200: {non_200}; deliveries not succeeded: {not_succeeded}",
         burst.dups, paced.dups
     );
+    report_cpu(cfg, wrk, ceilings, burst, paced);
 }
 
 #[tokio::main]
@@ -533,7 +601,7 @@ async fn main() {
 
     // 1. Receiver, then wrk (run by the script) against it.
     let log: Log = Arc::default();
-    let (url, wrk_rps) = receiver_and_wrk(&log).await;
+    let (url, wrk) = receiver_and_wrk(&log).await;
 
     // 2. World.
     let db_url = vid_testkit::fresh_database().await;
@@ -544,9 +612,11 @@ async fn main() {
     }
 
     // 3. Ceilings of the broker and of the database, before the dispatcher runs.
-    let broker_rate = broker_ceiling(&settings, cfg.events, cfg.publish_concurrency, cfg.prefetch).await;
-    let database_rate = database_ceiling(&settings, cfg.events, cfg.batch as usize, 2).await;
-    let floor_rate = write_floor(&settings, cfg.events, cfg.batch as usize, 2).await;
+    let ceilings = Ceilings {
+        broker: broker_ceiling(&settings, cfg.events, cfg.publish_concurrency, cfg.prefetch).await,
+        database: database_ceiling(&settings, cfg.events, cfg.batch as usize, 2).await,
+        floor: write_floor(&settings, cfg.events, cfg.batch as usize, 2).await,
+    };
     let amqp = vid_infra::amqp::connect(&settings.amqp, Duration::from_secs(10)).await.expect("RabbitMQ");
     let publisher = Publisher::new(&amqp).await.unwrap();
     Topology::new(&prefix).declare(publisher.channel()).await.unwrap();
@@ -589,5 +659,5 @@ async fn main() {
     let _ = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(running)).await;
     let not_succeeded: i64 = dl::table.filter(dl::status.ne("succeeded")).count().get_result(&mut conn).await.unwrap_or(-1);
 
-    report(&cfg, wrk_rps, (broker_rate, database_rate, floor_rate), &burst, &paced, (non_200, not_succeeded), leases);
+    report(&cfg, &wrk, &ceilings, &burst, &paced, (non_200, not_succeeded), leases);
 }
