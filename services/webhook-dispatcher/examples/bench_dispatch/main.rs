@@ -41,12 +41,15 @@
 //! recorded in `events`, just before the first publish), so a profiler can
 //! be cut to a phase.
 //!
-//! CPU (`cpu.rs`, from `/proc`): for the burst and the paced phase, the
-//! CPU time a delivery cost PostgreSQL, RabbitMQ, this process and the rest
-//! of the machine, with its idle and steal; for wrk, the broker ceiling and
-//! the write floor, each part's CPU per request, message or delivery; and
-//! their sum, the CPU a delivery would cost with every part at its floor,
-//! as deliveries/s the machine's cores could carry at most.
+//! CPU (`cpu.rs`, from `/proc`; its docs give the figures' limits): for
+//! the burst and the paced phase, the CPU time a delivery cost PostgreSQL,
+//! RabbitMQ, this process and the rest of the machine, with its idle and
+//! steal; for wrk, the whole machine's busy time per request (wrk and the
+//! receiver); for the broker ceiling, RabbitMQ's and this process's per
+//! message; for the write floor, PostgreSQL's and this process's per
+//! delivery; for the database ceiling, PostgreSQL's per delivery; and the
+//! sum of the first three, the CPU a delivery would cost with every part at
+//! its floor, as deliveries/s the machine's cores could carry at most.
 //!
 //! Latency = first receipt of a delivery − the instant just before its
 //! `publish` (which includes the broker confirm), same process, same clock.
@@ -398,7 +401,7 @@ struct Paced {
 /// Step 5: paced at half the burst throughput (in events/s: deliveries / endpoints).
 async fn paced(bench: &Arc<Bench>, burst_rate: f64, cfg: &Config) -> Paced {
     let paced_rate = (burst_rate / 2.0 / cfg.endpoints as f64).max(1.0);
-    let paced_n = ((paced_rate * 8.0) as usize).clamp(200, cfg.events);
+    let paced_n = ((paced_rate * 8.0) as usize).max(200).min(cfg.events);
     let interval = Duration::from_secs_f64(1.0 / paced_rate);
     let paced_events = bench.record(paced_n).await;
     eprintln!("phase paced start {}", unix_ms());
@@ -510,11 +513,17 @@ fn report_cpu(cfg: &Config, wrk: &Wrk, ceilings: &Ceilings, burst: &Burst, paced
         per(ceilings.database.1.postgres, items(&ceilings.database)),
     );
     let floor = request + message / cfg.endpoints.max(1) as f64 + write;
+    // The coarsest grain of the three: one tick a process over the fewest items.
+    let grain = cpu::resolution(wrk.requests.min(items(&ceilings.broker)).min(items(&ceilings.floor)));
     println!(
-        "every part at its floor: {floor:.3} ms a delivery (a request, a message per {} endpoint(s), the two writes): {cores} cores carry at most {:.0} deliveries/s",
+        "every part at its floor: {floor:.3} ms a delivery (a request, a message per {} endpoint(s), the two writes; each part ± {grain:.4} ms a process): {cores} cores carry at most {:.0} deliveries/s",
         cfg.endpoints,
-        cores as f64 * 1e3 / floor.max(1e-9)
+        cores as f64 * 1e3 / floor
     );
+    let missing = cpu::missing_users();
+    if !missing.is_empty() {
+        println!("CPU: no user {} in /etc/passwd: those parts read 0 and their processes count in \"rest\"", missing.join(" or "));
+    }
 }
 
 /// Prints the report (the lines `scripts/bench-dispatch.sh` passes through). `counts`: attempts
