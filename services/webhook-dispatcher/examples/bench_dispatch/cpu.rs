@@ -28,6 +28,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
+use std::sync::LazyLock;
 use std::time::Instant;
 
 /// `USER_HZ`: ticks per second in `/proc` (proc(5)).
@@ -60,6 +61,9 @@ pub(crate) struct Use {
     pub(crate) wall: f64,
 }
 
+/// The uids of `postgres` and `rabbitmq`, read once.
+static GROUP_UIDS: LazyLock<(Option<u32>, Option<u32>)> = LazyLock::new(|| (uid_of("postgres"), uid_of("rabbitmq")));
+
 /// The uid of `user` in `/etc/passwd`, if any (not NSS).
 fn uid_of(user: &str) -> Option<u32> {
     let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
@@ -86,7 +90,7 @@ fn ticks(stat: &str, children: bool) -> u64 {
 impl Snapshot {
     /// Reads `/proc` now.
     pub(crate) fn take() -> Snapshot {
-        let (pg, mq) = (uid_of("postgres"), uid_of("rabbitmq"));
+        let (pg, mq) = *GROUP_UIDS;
         let me = std::process::id();
         let mut s = Snapshot { at: Some(Instant::now()), ..Snapshot::default() };
         let mut by_uid: HashMap<u32, u64> = HashMap::new();
@@ -152,7 +156,8 @@ pub(crate) fn resolution(n: usize) -> f64 {
 
 /// The groups' users missing from `/etc/passwd` (their figures read 0).
 pub(crate) fn missing_users() -> Vec<&'static str> {
-    ["postgres", "rabbitmq"].into_iter().filter(|u| uid_of(u).is_none()).collect()
+    let (pg, mq) = *GROUP_UIDS;
+    [("postgres", pg), ("rabbitmq", mq)].into_iter().filter(|(_, uid)| uid.is_none()).map(|(u, _)| u).collect()
 }
 
 impl Use {
