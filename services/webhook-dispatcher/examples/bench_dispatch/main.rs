@@ -87,21 +87,19 @@ use vid_webhook_dispatcher::{Dispatcher, Settings};
 use vid_webhooks::Secret;
 
 mod ceilings;
+mod config;
 mod cpu;
 mod events;
 mod report;
 
 use ceilings::{broker_ceiling, database_ceiling, write_floor};
-use cpu::{Snapshot, Use};
+use config::Config;
+use cpu::Snapshot;
 use events::{bench_event, record_events};
-use report::{report, Ceilings, LeaseCounts};
+use report::{report, Burst, Ceilings, LeaseCounts, Paced, Wrk};
 
 /// `(webhook-id, arrival)` of every request, in arrival order.
 type Log = Arc<Mutex<Vec<(String, Instant)>>>;
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// The receiver: HTTP/1.1 keep-alive, reads the whole body, records the
 /// `webhook-id` header (wrk's requests carry one too, so both measurements do
@@ -219,68 +217,6 @@ async fn set_plan_cache_mode(db_url: &str, mode: &str) {
     diesel::sql_query(format!("ALTER DATABASE \"{name}\" SET plan_cache_mode = '{mode}'")).execute(&mut conn).await.unwrap();
 }
 
-/// The knobs, from the environment (see the module docs for the defaults).
-struct Config {
-    events: usize,
-    endpoints: usize,
-    per_endpoint: u32,
-    batch: u32,
-    max_in_flight: u32,
-    prefetch: u16,
-    pool: u32,
-    publish_concurrency: usize,
-    plan_cache_mode: Option<String>,
-    lease_at_fanin: bool,
-    replicas: usize,
-}
-
-impl Config {
-    fn from_env() -> Self {
-        Config {
-            events: env_or("EVENTS", 4000),
-            endpoints: env_or("ENDPOINTS", 1),
-            per_endpoint: env_or("PER_ENDPOINT_CONCURRENCY", 64),
-            batch: env_or("BATCH_SIZE", 64),
-            max_in_flight: env_or("MAX_IN_FLIGHT", 256),
-            prefetch: env_or("PREFETCH", 256),
-            pool: env_or("POOL_SIZE", 16),
-            publish_concurrency: env_or("PUBLISH_CONCURRENCY", 256),
-            plan_cache_mode: std::env::var("PLAN_CACHE_MODE").ok().filter(|m| !m.is_empty()),
-            lease_at_fanin: env_or("LEASE_AT_FANIN", 1u8) != 0,
-            replicas: env_or("REPLICAS", 1usize).max(1),
-        }
-    }
-
-    /// The dispatcher's settings (test profile) for this run's database and amqp prefix.
-    fn settings(&self, db_url: &str, prefix: &str) -> Settings {
-        let Config { per_endpoint, batch, max_in_flight, prefetch, pool, .. } = *self;
-        let lease_at_fanin = if self.lease_at_fanin { "true" } else { "false" };
-        let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
-            (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
-        let overrides: Vec<(&str, &str)> = vec![
-            ("database.url", db_url),
-            ("amqp.prefix", prefix),
-            ("dispatcher.health_listen", "127.0.0.1:0"),
-            ("database.pool_size", &pool_s),
-            ("dispatcher.per_endpoint_concurrency", &per_endpoint_s),
-            ("dispatcher.batch_size", &batch_s),
-            ("dispatcher.max_in_flight", &max_in_flight_s),
-            ("dispatcher.prefetch", &prefetch_s),
-            ("dispatcher.lease_at_fanin", lease_at_fanin),
-        ];
-        vid_testkit::settings(&overrides)
-    }
-}
-
-/// wrk's figures: requests/s (its own), and the requests the receiver
-/// logged with the CPU used meanwhile (from the URL printed to wrk's
-/// figure read back: wrk's start and end included).
-struct Wrk {
-    rps: Option<f64>,
-    requests: usize,
-    cpu: Use,
-}
-
 /// Step 1: starts the receiver, prints `RECEIVER_URL <url>` and waits for
 /// wrk's requests/s on stdin (run by the script). Returns the receiver's URL
 /// and wrk's figures; the log is cleared of wrk's requests.
@@ -340,19 +276,6 @@ fn start_dispatcher(settings: Settings) -> (tokio::sync::oneshot::Sender<()>, to
     (stop_tx, running)
 }
 
-/// Step 4's figures: sorted publish → receipt latencies, first publish → last
-/// receipt (`span`) and → last confirm (`published_in`), deliveries/s over `span`.
-struct Burst {
-    lat: Vec<Duration>,
-    span: Duration,
-    published_in: Duration,
-    deliveries: usize,
-    rate: f64,
-    dups: usize,
-    /// From the first publish to the last delivery received.
-    cpu: Use,
-}
-
 /// Step 4: `events` events published as fast as confirmed, then every delivery awaited.
 async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) -> Burst {
     let burst = bench.record(events).await;
@@ -375,17 +298,6 @@ async fn burst(bench: &Arc<Bench>, events: usize, publish_concurrency: usize) ->
     let rate = deliveries as f64 / span.as_secs_f64().max(1e-9);
     lat.sort();
     Burst { lat, span, published_in, deliveries, rate, dups, cpu }
-}
-
-/// Step 5's figures: the pace in events/s, events, time to publish them, sorted latencies.
-struct Paced {
-    rate: f64,
-    n: usize,
-    elapsed: Duration,
-    lat: Vec<Duration>,
-    dups: usize,
-    /// From the first publish to the last delivery received.
-    cpu: Use,
 }
 
 /// Step 5: paced at half the burst throughput (in events/s: deliveries / endpoints).

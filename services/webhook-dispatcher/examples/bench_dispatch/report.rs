@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::config::Config;
 use crate::cpu::{self, per, Use};
-use crate::{Burst, Config, Paced, Wrk};
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -18,6 +18,39 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+/// wrk's figures: requests/s (its own), and the requests the receiver
+/// logged with the CPU used meanwhile (from the URL printed to wrk's
+/// figure read back: wrk's start and end included).
+pub(crate) struct Wrk {
+    pub(crate) rps: Option<f64>,
+    pub(crate) requests: usize,
+    pub(crate) cpu: Use,
+}
+
+/// Step 4's figures: sorted publish → receipt latencies, first publish → last
+/// receipt (`span`) and → last confirm (`published_in`), deliveries/s over `span`.
+pub(crate) struct Burst {
+    pub(crate) lat: Vec<Duration>,
+    pub(crate) span: Duration,
+    pub(crate) published_in: Duration,
+    pub(crate) deliveries: usize,
+    pub(crate) rate: f64,
+    pub(crate) dups: usize,
+    /// From the first publish to the last delivery received.
+    pub(crate) cpu: Use,
+}
+
+/// Step 5's figures: the pace in events/s, events, time to publish them, sorted latencies.
+pub(crate) struct Paced {
+    pub(crate) rate: f64,
+    pub(crate) n: usize,
+    pub(crate) elapsed: Duration,
+    pub(crate) lat: Vec<Duration>,
+    pub(crate) dups: usize,
+    /// From the first publish to the last delivery received.
+    pub(crate) cpu: Use,
 }
 
 /// The dispatcher's lease counters on this process's metrics page
