@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::proxy::HitOutcome;
 use crate::receiver::record_pid;
 use crate::schedule::{FaultKind, Planned};
 use crate::shared::Shared;
-use crate::util::{fmt_t, sql, wait_200};
+use crate::util::{fmt_t, sql, sql_count, wait_200};
 
 /// A fault as it happened.
 #[derive(Debug, Clone)]
@@ -38,8 +39,8 @@ pub(crate) async fn inject_all(shared: Arc<Shared>, faults: Vec<Planned>, cmds: 
         tokio::time::sleep_until((shared.t0 + f.at).into()).await;
         match f.kind {
             FaultKind::ReceiverDown | FaultKind::Receiver500 => {
-                let shared = shared.clone();
-                windows.push(tokio::spawn(async move { window(&shared, &f).await }));
+                let (shared, db, a) = (shared.clone(), cmds.db.clone(), cmds.endpoint_a.clone());
+                windows.push(tokio::spawn(async move { window(&shared, &f, &db, &a).await }));
             }
             FaultKind::RestartPostgres => records.push(restart(&shared, &f, &cmds.restart_pg, "").await),
             FaultKind::RestartRabbitmq => records.push(restart(&shared, &f, &cmds.restart_mq, "").await),
@@ -70,6 +71,8 @@ pub(crate) struct Commands {
     pub(crate) restart_mq: Result<String, String>,
     pub(crate) reset_mq: Result<String, String>,
     pub(crate) db: String,
+    /// Receiver A's endpoint (its down window waits for a refused attempt there).
+    pub(crate) endpoint_a: String,
 }
 
 /// Restarts RabbitMQ or PostgreSQL, or resets RabbitMQ, with `cmd` (the
@@ -278,12 +281,20 @@ async fn respawn(shared: &Shared, name: &'static str) -> Option<String> {
     }
 }
 
+/// The longest a receiver window is kept open past its planned length while
+/// no delivery has met it yet (the dispatcher may be frozen or killed, or the
+/// events not yet made, when it begins).
+const WINDOW_GRACE: Duration = Duration::from_secs(90);
+
 /// A receiver window: A down (process killed, port closed) or B answering
-/// 500 at its proxy, for the planned time.
-async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
+/// 500, for the planned length and then until it has met a delivery (an
+/// attempt to A refused, a request at B answered 500), at most
+/// [`WINDOW_GRACE`] longer; so the check that the windows met deliveries
+/// does not depend on where the point faults put the dispatcher.
+async fn window(shared: &Shared, f: &Planned, db: &str, endpoint_a: &str) -> FaultRecord {
     let at = shared.t0.elapsed();
     let mut error = None;
-    match f.kind {
+    let met = match f.kind {
         FaultKind::ReceiverDown => {
             let proxy = &shared.proxies[0];
             proxy.down();
@@ -291,12 +302,16 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
             println!("chaos: {} receiver A down (process SIGKILLed, port closed) for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
+            let refused = format!("SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{endpoint_a}' AND response_status IS NULL");
+            // No endpoint A (its creation failed): nothing to wait for; the check fails.
+            let met = !endpoint_a.is_empty() && hold_until(|| async { sql_count(db, &refused).await.is_ok_and(|n| n > 0) }).await;
             if let Err(e) = shared.receivers.lock().await[0].start().await {
                 error = Some(format!("receiver A did not come back: {e:#}"));
             }
             if let Err(e) = proxy.up().await {
                 error = Some(format!("proxy A did not come back: {e:#}"));
             }
+            met
         }
         _ => {
             let proxy = &shared.proxies[1];
@@ -304,10 +319,39 @@ async fn window(shared: &Shared, f: &Planned) -> FaultRecord {
             println!("chaos: {} receiver B answers 500 for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
+            let answered_500 = || proxy.hits().iter().any(|h| matches!(h.outcome, HitOutcome::Injected500));
+            let met = hold_until(|| async { answered_500() }).await;
             proxy.state.lock().unwrap().fail_500 = false;
+            met
         }
-    }
+    };
     let ended = shared.t0.elapsed();
-    println!("chaos: {} {} over", fmt_t(ended), f.kind.label());
-    FaultRecord { kind: f.kind, at, ended, detail: format!("for {:.1} s", (ended - at).as_secs_f64()), skipped: None, error }
+    let stretched = ended.saturating_sub(at).saturating_sub(f.length);
+    let detail = match met {
+        true if stretched > Duration::from_secs(1) => {
+            format!("for {:.1} s ({:.1} s past its length, until a delivery met it)", (ended - at).as_secs_f64(), stretched.as_secs_f64())
+        }
+        true => format!("for {:.1} s", (ended - at).as_secs_f64()),
+        false => format!("for {:.1} s; no delivery met it", (ended - at).as_secs_f64()),
+    };
+    println!("chaos: {} {} over ({detail})", fmt_t(ended), f.kind.label());
+    FaultRecord { kind: f.kind, at, ended, detail, skipped: None, error }
+}
+
+/// Polls `met` every 200 ms until it holds (true) or [`WINDOW_GRACE`] has passed (false).
+async fn hold_until<F, Fut>(met: F) -> bool
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + WINDOW_GRACE;
+    loop {
+        if met().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -55,7 +55,7 @@ pub(crate) async fn run(args: Args, started: Instant) -> anyhow::Result<bool> {
 
     // Load, faults and a watchdog, concurrently.
     let uploads = spawn_uploads(&shared, &client, &sched, &clips, &args.run_dir, t0 + profile.load + profile.ops_timeout);
-    let injector = spawn_injector(&shared, &sched, &args);
+    let injector = spawn_injector(&shared, &sched, &args, &endpoints);
     let watchdog = {
         let shared = shared.clone();
         tokio::spawn(async move {
@@ -217,7 +217,7 @@ fn spawn_uploads(
 }
 
 /// The fault injector's task, with the restart commands (or why each restart is skipped).
-fn spawn_injector(shared: &Arc<Shared>, sched: &Schedule, args: &Args) -> JoinHandle<Vec<FaultRecord>> {
+fn spawn_injector(shared: &Arc<Shared>, sched: &Schedule, args: &Args, endpoints: &[EndpointId]) -> JoinHandle<Vec<FaultRecord>> {
     let shared = shared.clone();
     let faults = sched.faults.clone();
     let command = |cmd: &Option<String>, skip: &Option<String>, flag: &str| match (cmd, skip) {
@@ -230,6 +230,7 @@ fn spawn_injector(shared: &Arc<Shared>, sched: &Schedule, args: &Args) -> JoinHa
         restart_mq: command(&args.rabbitmq_restart_cmd, &args.skip_rabbitmq_restart, "--rabbitmq-restart-cmd"),
         reset_mq: command(&args.rabbitmq_reset_cmd, &args.skip_rabbitmq_reset, "--rabbitmq-reset-cmd"),
         db: args.database_url.clone(),
+        endpoint_a: endpoints.first().map(|e| e.as_str().to_owned()).unwrap_or_default(),
     };
     tokio::spawn(async move { inject_all(shared, faults, cmds).await })
 }
