@@ -18,7 +18,7 @@ use crate::proxy::{HitOutcome, Proxy};
 use crate::report::Report;
 use crate::schedule::FaultKind;
 use crate::shared::{Shared, UploadResult};
-use crate::util::{sql, sql_count};
+use crate::util::{sql, sql_count, unanswered_attempts};
 
 /// What the checks look at.
 pub(crate) struct Ctx<'a> {
@@ -450,10 +450,8 @@ fn no_unexpected_exit(rep: &mut Report, ctx: &Ctx<'_>) {
 
 async fn receiver_faults_met_deliveries(rep: &mut Report, ctx: &Ctx<'_>) -> anyhow::Result<()> {
     let a = ctx.endpoints.first().map(EndpointId::as_str).unwrap_or("");
-    let down_refused =
-        sql_count(ctx.db, &format!("SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{a}' AND response_status IS NULL")).await?;
-    let injected_500: usize =
-        ctx.shared.proxies.iter().map(|p| p.hits().iter().filter(|h| matches!(h.outcome, HitOutcome::Injected500)).count()).sum();
+    let down_refused = unanswered_attempts(ctx.db, a).await?;
+    let injected_500: usize = ctx.shared.proxies.iter().map(Proxy::injected_500).sum();
     let ran = |k| ctx.faults.iter().any(|f| f.kind == k);
     let windows_ran = ran(FaultKind::ReceiverDown) && ran(FaultKind::Receiver500);
     rep.check(

@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::proxy::HitOutcome;
 use crate::receiver::record_pid;
 use crate::schedule::{FaultKind, Planned};
 use crate::shared::Shared;
-use crate::util::{fmt_t, sql, sql_count, wait_200};
+use crate::util::{fmt_t, sql, unanswered_attempts, wait_200};
 
 /// A fault as it happened.
 #[derive(Debug, Clone)]
@@ -302,9 +301,9 @@ async fn window(shared: &Shared, f: &Planned, db: &str, endpoint_a: &str) -> Fau
             println!("chaos: {} receiver A down (process SIGKILLed, port closed) for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
-            let refused = format!("SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{endpoint_a}' AND response_status IS NULL");
             // No endpoint A (its creation failed): nothing to wait for; the check fails.
-            let met = !endpoint_a.is_empty() && hold_until(|| async { sql_count(db, &refused).await.is_ok_and(|n| n > 0) }).await;
+            let met =
+                !endpoint_a.is_empty() && hold_until(|| async { unanswered_attempts(db, endpoint_a).await.is_ok_and(|n| n > 0) }).await;
             if let Err(e) = shared.receivers.lock().await[0].start().await {
                 error = Some(format!("receiver A did not come back: {e:#}"));
             }
@@ -319,8 +318,7 @@ async fn window(shared: &Shared, f: &Planned, db: &str, endpoint_a: &str) -> Fau
             println!("chaos: {} receiver B answers 500 for {:.0} s", fmt_t(at), f.length.as_secs_f64());
             shared.started[&f.kind].send_replace(true);
             tokio::time::sleep(f.length).await;
-            let answered_500 = || proxy.hits().iter().any(|h| matches!(h.outcome, HitOutcome::Injected500));
-            let met = hold_until(|| async { answered_500() }).await;
+            let met = hold_until(|| async { proxy.injected_500() > 0 }).await;
             proxy.state.lock().unwrap().fail_500 = false;
             met
         }

@@ -170,4 +170,9 @@ impl Proxy {
     pub(crate) fn hits(&self) -> Vec<Hit> {
         self.state.lock().unwrap().hits.clone()
     }
+
+    /// How many requests this proxy answered 500 itself (receiver B's window).
+    pub(crate) fn injected_500(&self) -> usize {
+        self.state.lock().unwrap().hits.iter().filter(|h| matches!(h.outcome, HitOutcome::Injected500)).count()
+    }
 }

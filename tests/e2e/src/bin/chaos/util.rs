@@ -56,3 +56,9 @@ pub(crate) async fn sql_count(url: &str, query: &str) -> anyhow::Result<i64> {
     let rows = sql(url, query).await?;
     rows.first().and_then(|r| r.first()).and_then(|v| v.parse().ok()).ok_or_else(|| anyhow!("no count from {query:?}"))
 }
+
+/// Attempts to `endpoint` that got no HTTP answer (refused, reset, timed
+/// out): `webhook_attempts` rows without a `response_status`.
+pub(crate) async fn unanswered_attempts(url: &str, endpoint: &str) -> anyhow::Result<i64> {
+    sql_count(url, &format!("SELECT count(*) FROM webhook_attempts WHERE endpoint_id = '{endpoint}' AND response_status IS NULL")).await
+}
