@@ -55,7 +55,8 @@ pub const CLAIM_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-0
 /// whose requests are over ([`claim_answered`]): the five-argument
 /// `webhook_deliveries_claim`, [`CLAIM_FUNCTION`]'s claim otherwise. The
 /// three-argument one stays for replicas of the previous release; since
-/// [`CLAIM_ONE_BODY`] it is this one with nothing answered.
+/// [`CLAIM_ONE_BODY`] it is this one with nothing answered. Its body has
+/// since been replaced by [`CLAIM_BY_KEY_FUNCTION`]'s.
 pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-05-000220_webhook_claim_answered/up.sql");
 
 /// The migration that makes the three-argument `webhook_deliveries_claim`
@@ -64,19 +65,57 @@ pub const CLAIM_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/
 /// so there is one claim body to maintain.
 pub const CLAIM_ONE_BODY: &str = include_str!("../../vid-db/migrations/2026-12-05-000230_webhook_claim_one_body/up.sql");
 
-/// The migration whose fan-in insert is in force: the thirteen-argument
+/// The migration that added the thirteen-argument
 /// `webhook_deliveries_insert_leasing` ([`crate::fanin::fan_in_leasing`]),
 /// which leaves the caller's answered leases out of each endpoint's count
 /// as the claim does ([`CLAIM_ANSWERED_FUNCTION`]; migration 000260), with
 /// the eleven-argument one a SQL function calling it with empty arrays.
-/// Its body is 000250's: the lock statement groups the new deliveries by
+/// Its body was 000250's: the lock statement groups the new deliveries by
 /// endpoint before testing each endpoint (nothing older due, a free slot),
 /// instead of testing it once per new delivery (000240), and the "nothing
 /// older due" tests are scalar subqueries in the order of
 /// `webhook_deliveries_claimable`, so each is one index probe per endpoint
 /// whether or not the table has statistics, never a scan of every
-/// claimable delivery or of the table.
-pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000260_webhook_fanin_answered/up.sql");
+/// claimable delivery or of the table. [`FANIN_LEASING_FUNCTION`] has
+/// since replaced that body.
+pub const FANIN_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000260_webhook_fanin_answered/up.sql");
+
+/// The migration whose thirteen-argument fan-in insert is in force
+/// (000270): [`FANIN_ANSWERED_FUNCTION`]'s statements as static PL/pgSQL,
+/// parsed once a session and planned once (`plan_cache_mode =
+/// force_generic_plan`, `enable_seqscan = off`, both for the function's
+/// calls only) instead of parsed and planned on every call under `EXECUTE`.
+/// Every base-table read is a probe by key, so a plan reads the same
+/// whatever statistics it was made from: the endpoints and the answered
+/// leases by primary key alone in `LATERAL … LIMIT 1` subqueries, an
+/// endpoint's open leases counted in the order of `webhook_deliveries_leased`
+/// up to a cap, its due deliveries in the order of
+/// `webhook_deliveries_claimable`. While the statistics of
+/// `webhook_deliveries` describe fewer than 1,000 rows (where a probe by key
+/// and a scan of a whole index are estimated alike) each call is planned
+/// anew ([`YOUNG_STATISTICS_GUARD`]).
+pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000270_webhook_fanin_by_key/up.sql");
+
+/// The migration whose five-argument `webhook_deliveries_claim` is in force
+/// (000290): [`CLAIM_ANSWERED_FUNCTION`]'s claim planned once a session and
+/// reading by key as [`FANIN_LEASING_FUNCTION`] does, the endpoints with a
+/// claimable delivery read by a statement of their own first (none: the
+/// claim ends there).
+pub const CLAIM_BY_KEY_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000290_webhook_claim_by_key/up.sql");
+
+/// The lines with which [`FANIN_LEASING_FUNCTION`], [`CLAIM_BY_KEY_FUNCTION`]
+/// and `webhook_deliveries_record_successes`
+/// ([`crate::outcome::RECORD_SUCCESSES_FUNCTION`]) plan each call anew
+/// (`force_custom_plan`, for the call) while the statistics of
+/// `webhook_deliveries` describe fewer than 1,000 rows: analysed or
+/// vacuumed nearly empty, every index scan is estimated at one page, a probe
+/// by key ties with a scan of a whole index, and a plan made then would be
+/// kept as the table grows until its next analysis.
+pub const YOUNG_STATISTICS_GUARD: &str =
+    "    IF (SELECT c.reltuples FROM pg_class c WHERE c.oid = 'webhook_deliveries'::regclass) BETWEEN 0 AND 999 THEN
+        PERFORM set_config('plan_cache_mode', 'force_custom_plan', true);
+    END IF;
+";
 
 /// A delivery leased by this process.
 #[derive(Debug, Clone, QueryableByName)]
@@ -370,7 +409,14 @@ mod tests {
     #[test]
     fn raw_statements_use_the_typed_status() {
         let pending = format!("status = '{}'", DeliveryStatus::Pending);
-        for sql in [LEASING_FUNCTIONS, CLAIM_FUNCTION, CLAIM_ANSWERED_FUNCTION, FANIN_LEASING_FUNCTION, RELEASE_EXPIRED_SQL] {
+        for sql in [
+            LEASING_FUNCTIONS,
+            CLAIM_FUNCTION,
+            CLAIM_ANSWERED_FUNCTION,
+            FANIN_ANSWERED_FUNCTION,
+            FANIN_LEASING_FUNCTION,
+            RELEASE_EXPIRED_SQL,
+        ] {
             assert!(sql.contains(&pending), "{sql}");
             let named = sql.matches("status = '").count();
             assert_eq!(sql.matches(&pending).count(), named, "{sql}");
@@ -388,16 +434,20 @@ mod tests {
         assert!(CLAIM_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_claim("));
         assert!(CLAIM_FUNCTION.contains("SET lock_timeout = '2s'"), "the replaced claim keeps its bound");
         assert!(CLAIM_ANSWERED_FUNCTION.contains("SET lock_timeout = '2s'"), "the five-argument claim too");
+        assert!(CLAIM_BY_KEY_FUNCTION.contains("SET lock_timeout = '2s'"), "and its body in force");
         // The three-argument claim is the five-argument one, whose bound applies to the call.
         assert!(
             CLAIM_ONE_BODY.contains("FROM webhook_deliveries_claim(per_endpoint, max_leases, lease_ms, '{}'::text[], '{}'::timestamptz[])")
         );
         assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
-        assert!(FANIN_LEASING_FUNCTION.contains("CREATE FUNCTION webhook_deliveries_insert_leasing("));
-        assert!(!FANIN_LEASING_FUNCTION.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
+        assert!(FANIN_ANSWERED_FUNCTION.contains("CREATE FUNCTION webhook_deliveries_insert_leasing("));
+        assert!(FANIN_LEASING_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing("));
+        for sql in [FANIN_ANSWERED_FUNCTION, FANIN_LEASING_FUNCTION] {
+            assert!(!sql.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
+        }
         // The eleven-argument fan-in is the thirteen-argument one with nothing answered.
-        let wrapper = &FANIN_LEASING_FUNCTION
-            [FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        let wrapper = &FANIN_ANSWERED_FUNCTION
+            [FANIN_ANSWERED_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
         assert!(wrapper.contains("statuses, due, per_endpoint, max_leases, lease_ms,\n                                           '{}'::text[], '{}'::timestamptz[]) c"), "{wrapper}");
         assert!(!wrapper.contains("pg_try_advisory_xact_lock"), "a second fan-in body");
     }
@@ -410,7 +460,8 @@ mod tests {
     /// (`a_fan_out_tests_each_endpoint_not_the_backlog`).
     #[test]
     fn the_fan_ins_due_tests_probe_per_endpoint() {
-        let body = &FANIN_LEASING_FUNCTION[FANIN_LEASING_FUNCTION.find("CREATE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        let body = &FANIN_LEASING_FUNCTION
+            [FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
         assert!(!body.contains("NOT EXISTS"), "{body}");
         assert_eq!(body.matches("AND b.next_attempt_at <= now()").count(), 2);
         assert_eq!(body.matches("ORDER BY b.next_attempt_at LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");
@@ -419,10 +470,52 @@ mod tests {
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
     #[test]
     fn the_functions_name_the_lock_class() {
-        for (sql, locks) in [(LEASING_FUNCTIONS, 2), (CLAIM_FUNCTION, 1), (CLAIM_ANSWERED_FUNCTION, 1), (FANIN_LEASING_FUNCTION, 1)] {
+        for (sql, locks) in [
+            (LEASING_FUNCTIONS, 2),
+            (CLAIM_FUNCTION, 1),
+            (CLAIM_ANSWERED_FUNCTION, 1),
+            (FANIN_ANSWERED_FUNCTION, 1),
+            (FANIN_LEASING_FUNCTION, 1),
+        ] {
             let calls = sql.matches("pg_try_advisory_xact_lock(").count();
             let ours = sql.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
             assert_eq!((calls, ours), (locks, locks));
+        }
+    }
+
+    /// The fan-in and the claim in force are planned once a session
+    /// (000270, 000290), except on young statistics, and probe by key so
+    /// that a plan cannot read a whole table or index whatever statistics it
+    /// was made with: no `EXECUTE`, both settings and the guard, and no base
+    /// table in a join (each read is a scalar or `LATERAL … LIMIT 1`
+    /// subquery; an answered lease by primary key alone). What they read is
+    /// tested against a database (`a_fan_in_after_unseen_growth_reads_by_key`,
+    /// `a_claim_after_unseen_growth_reads_by_key`).
+    #[test]
+    fn the_functions_in_force_are_planned_once_and_probe_by_key() {
+        for (sql, name) in
+            [(FANIN_LEASING_FUNCTION, "webhook_deliveries_insert_leasing("), (CLAIM_BY_KEY_FUNCTION, "webhook_deliveries_claim(")]
+        {
+            let body = &sql[sql.find(&format!("CREATE OR REPLACE FUNCTION {name}")).unwrap()..];
+            assert!(!body.contains("EXECUTE"), "{body}");
+            assert!(
+                body.contains("SET plan_cache_mode = force_generic_plan\nSET enable_seqscan = off\nAS $$\n#variable_conflict use_column\n")
+            );
+            assert_eq!(body.matches(YOUNG_STATISTICS_GUARD).count(), 1, "the guard: {name}");
+            for table in ["webhook_deliveries", "webhook_endpoints"] {
+                assert!(!body.contains(&format!("JOIN {table}")), "{table} in a join: {name}");
+            }
+            assert_eq!(
+                body.matches("WHERE l.id = a.id LIMIT 1) f\n").count(),
+                2,
+                "an answered lease by primary key alone, in both statements: {name}"
+            );
+            assert_eq!(body.matches("WHERE k.id = ").count(), 2, "an endpoint by primary key, in both statements: {name}");
+            assert_eq!(
+                body.matches("ORDER BY f.locked_until LIMIT per_endpoint + cardinality(answered_ids)) s)").count(),
+                2,
+                "capped counts: {name}"
+            );
         }
     }
 }

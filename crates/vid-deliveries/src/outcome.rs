@@ -134,50 +134,25 @@ pub async fn settle_without_attempt(conn: &mut AsyncPgConnection, c: &Claimed, s
         .await
 }
 
-/// [`record_successes`]' statement: `$1`–`$9` the attempts as arrays, `$10`
-/// the per-endpoint concurrency. Its status literal is
-/// `DeliveryStatus::Succeeded` (checked by a test).
-const RECORD_SUCCESSES_SQL: &str = r#"
-WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::timestamptz[], $7::int[], $8::int[], $9::text[])
-        AS t(attempt_id, delivery_id, endpoint_id, token, attempt_number, started_at, duration_ms, response_status, response_body)
-),
-attempts AS (
-    INSERT INTO webhook_attempts (id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body)
-    SELECT attempt_id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body FROM input
-    ON CONFLICT (delivery_id, attempt_number) DO NOTHING
-),
-updated AS (
-    UPDATE webhook_deliveries d
-    SET status = 'succeeded', attempt_count = i.attempt_number, next_attempt_at = NULL, last_attempt_at = i.started_at,
-        locked_until = NULL, manual_retry = false, updated_at = now()
-    FROM input i
-    WHERE d.id = i.delivery_id AND d.locked_until = i.token
-    RETURNING d.endpoint_id
-),
-stale AS (
-    -- Endpoints whose health this batch changes: failures to reset, a
-    -- lowered concurrency_limit to raise, or a last_success_at more than
-    -- HEALTH_REFRESH old. Locked in id order, so two batches of successes
-    -- never lock the same endpoints in opposite orders (no deadlock between
-    -- them); NO KEY UPDATE, as an UPDATE's own lock, so a fan-in's foreign
-    -- key check (KEY SHARE) on the endpoint never waits for it.
-    SELECT e.id FROM webhook_endpoints e
-    WHERE e.id IN (SELECT endpoint_id FROM updated)
-      AND (e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL OR e.concurrency_limit IS NOT NULL
-           OR e.last_success_at IS NULL OR e.last_success_at < now() - interval '1 second')
-    ORDER BY e.id
-    FOR NO KEY UPDATE
-),
-health AS (
-    UPDATE webhook_endpoints e
-    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL,
-        concurrency_limit = CASE WHEN e.concurrency_limit IS NULL OR e.concurrency_limit + 1 >= $10 THEN NULL
-                                 ELSE e.concurrency_limit + 1 END
-    FROM stale WHERE e.id = stale.id
-)
-SELECT count(*) AS updated FROM updated
-"#;
+/// The migration that defines `webhook_deliveries_record_successes`, the
+/// function [`record_successes`] calls (2026-12-06-000280): one statement
+/// that writes the attempts, marks the deliveries `succeeded` and resets
+/// their endpoints' health, planned once a session with `enable_seqscan =
+/// off` and the deliveries named by primary key (each call planned anew
+/// while the table's statistics are young,
+/// [`crate::lease::YOUNG_STATISTICS_GUARD`]), so what it reads does not
+/// depend on the statistics (before, a cached statement's plan made on a
+/// young table scanned the whole table for every batch). Its status
+/// literal is `DeliveryStatus::Succeeded` and its refresh interval
+/// [`HEALTH_REFRESH`] (checked by tests).
+pub const RECORD_SUCCESSES_FUNCTION: &str =
+    include_str!("../../vid-db/migrations/2026-12-06-000280_webhook_record_successes_by_key/up.sql");
+
+/// [`record_successes`]' statement: `$1`–`$9` the attempts as arrays (attempt
+/// ids, delivery ids, endpoint ids, claim tokens, attempt numbers, start
+/// times, durations in ms, HTTP statuses, response bodies), `$10` the
+/// per-endpoint concurrency ([`RECORD_SUCCESSES_FUNCTION`]).
+const RECORD_SUCCESSES_SQL: &str = "SELECT webhook_deliveries_record_successes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS updated";
 
 /// How stale `webhook_endpoints.last_success_at` may get while an endpoint
 /// is healthy: [`record_successes`] writes an endpoint's health row only
@@ -190,7 +165,7 @@ pub const HEALTH_REFRESH: std::time::Duration = std::time::Duration::from_secs(1
 
 /// Records successful attempts in ONE statement (so one round trip and one
 /// commit for a whole batch; prepared once per connection,
-/// [`vid_db::cached_sql_query`]): their `webhook_attempts` rows, their
+/// [`vid_db::cached_sql_query`], calling [`RECORD_SUCCESSES_FUNCTION`]): their `webhook_attempts` rows, their
 /// deliveries `succeeded` (only where the lease is still the claim token),
 /// and the health of their endpoints reset (`last_success_at`,
 /// `consecutive_failures = 0`, `failing_since = NULL`, `concurrency_limit`
@@ -271,12 +246,27 @@ mod tests {
     #[test]
     fn the_health_refresh_in_the_sql_is_the_constant() {
         let interval = format!("e.last_success_at < now() - interval '{} second'", HEALTH_REFRESH.as_secs());
-        assert!(HEALTH_REFRESH.subsec_nanos() == 0 && RECORD_SUCCESSES_SQL.contains(&interval), "{interval}");
+        assert!(HEALTH_REFRESH.subsec_nanos() == 0 && RECORD_SUCCESSES_FUNCTION.contains(&interval), "{interval}");
     }
 
     #[test]
     fn the_batch_statement_uses_the_typed_status() {
-        assert_eq!(RECORD_SUCCESSES_SQL.matches("status = '").count(), 1);
-        assert!(RECORD_SUCCESSES_SQL.contains(&format!("status = '{}'", DeliveryStatus::Succeeded)));
+        assert_eq!(RECORD_SUCCESSES_FUNCTION.matches("status = '").count(), 1);
+        assert!(RECORD_SUCCESSES_FUNCTION.contains(&format!("status = '{}'", DeliveryStatus::Succeeded)));
+    }
+
+    /// The function reads the batch's deliveries by primary key with
+    /// sequential scans off, planned once a session except on young
+    /// statistics (what it reads is tested against a database:
+    /// `recording_after_unseen_growth_reads_by_key`).
+    #[test]
+    fn the_batch_function_reads_deliveries_by_key() {
+        let body =
+            &RECORD_SUCCESSES_FUNCTION[RECORD_SUCCESSES_FUNCTION.find("CREATE FUNCTION webhook_deliveries_record_successes(").unwrap()..];
+        assert!(body.contains("SET plan_cache_mode = force_generic_plan\nSET enable_seqscan = off\nAS $$\n#variable_conflict use_column\n"));
+        assert!(body.contains("WHERE d.id = ANY(delivery_ids) AND d.id = i.delivery_id AND d.locked_until = i.token"));
+        assert!(!body.contains("EXECUTE"));
+        assert_eq!(body.matches(crate::lease::YOUNG_STATISTICS_GUARD).count(), 1, "planned anew on young statistics");
+        assert!(RECORD_SUCCESSES_SQL.contains("webhook_deliveries_record_successes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"));
     }
 }

@@ -1373,6 +1373,351 @@ async fn index_reads(conn: &mut diesel_async::AsyncPgConnection, name: &str) -> 
     r.n
 }
 
+/// The fan-in in force (migration `000270`) reads by key whatever the
+/// statistics its plans were made from, and the tables grow past them. Run
+/// twice, each in a database of its own: tables never analysed (one plan
+/// made a session, on the empty tables, and kept) and tables analysed while
+/// nearly empty (the statistics the function distrusts: planned on every
+/// call). Autovacuum off, so no analysis replans anything. After a first
+/// fan-in, 1,000 endpoints of another tenant with 20,000 live leases appear,
+/// and 256 answered leases on the batch's four endpoints, each at its bound
+/// of 64. The same session's next call of the function (32 new deliveries,
+/// the 256 answered) leases all 32, which it can only do by reading every
+/// answered lease, reads no row by a sequential scan and about 1,500 index
+/// pages (under 4,000 asserted). Checked to fail: 000260's body (21,080
+/// index entries returned); this function without its distrust of young
+/// statistics (146,227 index pages, analysed: the answered leases read by
+/// scanning `webhook_deliveries_endpoint` once each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_in_after_unseen_growth_reads_by_key() {
+    for analysed in [true, false] {
+        fan_in_after_unseen_growth(analysed).await;
+    }
+}
+
+/// [`a_fan_in_after_unseen_growth_reads_by_key`] in a world of its own, the
+/// tables analysed while nearly empty if `analysed`, else never ([`young_tables`]).
+async fn fan_in_after_unseen_growth(analysed: bool) {
+    use diesel::sql_types::{BigInt, Text};
+    use vid_deliveries as store;
+    let (w, batch, mut conn) = young_world(4, analysed).await;
+    let lease = |answered: Vec<(DeliveryId, chrono::DateTime<Utc>)>| {
+        move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered })
+    };
+    // Planned here, on empty tables.
+    let (e0, _) = w.record_event().await;
+    let (first, leased) = store::fan_in_leasing(&mut conn, &[e0], lease(Vec::new())).await.unwrap();
+    assert_eq!((first.deliveries, leased.len()), (4, 4));
+
+    // The tables grow, unseen by the statistics: 1,000 endpoints of another
+    // tenant (so the batch's events do not reach them).
+    let a = batch[0].as_str();
+    other_tenant_endpoints(&mut conn, a).await;
+    // Live leases: `$3` rows numbered from `$1` + 1 on `$2` (or, with `$2`
+    // NULL, spread over the grown endpoints).
+    let live_leases = "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until) \
+         SELECT 'dlv_' || lpad(($1 + i)::text, 26, '0'), e.tenant_id, COALESCE($2, 'ep_' || lpad((i % 1000 + 1)::text, 26, '0')), \
+                'evt_' || lpad(($1 + i)::text, 26, '0'), 'video.ready', '{}', 'pending', \
+                now(), now() + interval '1 hour' \
+         FROM webhook_endpoints e, generate_series(1, $3) i WHERE e.id = $4 RETURNING id, locked_until";
+    #[derive(QueryableByName)]
+    struct Lease {
+        #[diesel(sql_type = Text)]
+        id: DeliveryId,
+        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+        locked_until: chrono::DateTime<Utc>,
+    }
+    let grown: Vec<Lease> = diesel::sql_query(live_leases)
+        .bind::<BigInt, _>(0)
+        .bind::<diesel::sql_types::Nullable<Text>, _>(None::<String>)
+        .bind::<BigInt, _>(20_000)
+        .bind::<Text, _>(a)
+        .load(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(grown.len(), 20_000);
+    // 64 answered leases on each of the batch's endpoints (their bound), the
+    // four already leased above counted as open.
+    let mut answered = Vec::new();
+    for (n, endpoint) in batch.iter().enumerate() {
+        let rows: Vec<Lease> = diesel::sql_query(live_leases)
+            .bind::<BigInt, _>(100_000 * (n as i64 + 1))
+            .bind::<diesel::sql_types::Nullable<Text>, _>(Some(endpoint.as_str()))
+            .bind::<BigInt, _>(64)
+            .bind::<Text, _>(a)
+            .load(&mut conn)
+            .await
+            .unwrap();
+        answered.extend(rows.into_iter().map(|l| (l.id, l.locked_until)));
+    }
+    assert_eq!(answered.len(), 256);
+
+    let mut events = Vec::new();
+    for _ in 0..8 {
+        events.push(w.record_event().await.0);
+    }
+    // The function alone (the fan-in's other two statements are ordinary
+    // cached statements, planned from statistics that see four endpoints),
+    // on the session that planned it: 32 new deliveries of the 8 events.
+    let measured = "WITH b AS MATERIALIZED ( \
+            SELECT ev.id AS event_id, ep.id AS endpoint_id, ev.tenant_id, ev.event_type, ev.payload, \
+                   row_number() OVER (ORDER BY ev.id, ep.id) AS n \
+            FROM events ev CROSS JOIN unnest($1::text[]) AS ep(id) WHERE ev.id = ANY($2::text[])) \
+        SELECT count(*) AS n, count(c.locked_until) AS leased FROM webhook_deliveries_insert_leasing( \
+            ARRAY(SELECT 'dlv_' || lpad((900000 + n)::text, 26, '0') FROM b ORDER BY n), ARRAY(SELECT tenant_id FROM b ORDER BY n), \
+            ARRAY(SELECT endpoint_id FROM b ORDER BY n), ARRAY(SELECT event_id FROM b ORDER BY n), \
+            ARRAY(SELECT event_type FROM b ORDER BY n), ARRAY(SELECT payload FROM b ORDER BY n), \
+            ARRAY(SELECT 'pending'::text FROM b ORDER BY n), ARRAY(SELECT now() FROM b ORDER BY n), \
+            64, 64, 60000, $3, $4) c";
+    #[derive(QueryableByName, Debug, PartialEq)]
+    struct Counted {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+        #[diesel(sql_type = BigInt)]
+        leased: i64,
+    }
+    let (answered_ids, answered_tokens): (Vec<String>, Vec<chrono::DateTime<Utc>>) =
+        answered.iter().map(|(id, token)| (id.to_string(), *token)).unzip();
+    let before = table_reads(&mut conn).await;
+    let counted: Counted = diesel::sql_query(measured)
+        .bind::<diesel::sql_types::Array<Text>, _>(batch.iter().map(|e| e.as_str()).collect::<Vec<_>>())
+        .bind::<diesel::sql_types::Array<Text>, _>(events.iter().map(|e| e.as_str()).collect::<Vec<_>>())
+        .bind::<diesel::sql_types::Array<Text>, _>(answered_ids)
+        .bind::<diesel::sql_types::Array<diesel::sql_types::Timestamptz>, _>(answered_tokens)
+        .get_result(&mut conn)
+        .await
+        .unwrap();
+    let after = table_reads(&mut conn).await;
+    assert_eq!(counted, Counted { n: 32, leased: 32 }, "each endpoint's 64 answered leases free its slots");
+    read_by_key(
+        before,
+        after,
+        4_000,
+        &format!("analysed {analysed}: the fan-in of 32 deliveries with 256 answered leases (about 1,500 pages by key)"),
+    );
+}
+
+/// The claim in force (migration `000290`) reads by key whatever the
+/// statistics its plans were made from, and the tables grow past them (run
+/// as [`a_fan_in_after_unseen_growth_reads_by_key`]: never analysed, and
+/// analysed nearly empty). After a first claim, 1,000 endpoints of another
+/// tenant with 20,000 live leases appear, a backlog of 5,000 due deliveries
+/// on the four endpoints, and 64 answered leases on each of them (the
+/// bound). The same session's next claim, passing the 256 answered leases,
+/// leases the 64 oldest of the backlog (it can only by reading every
+/// answered lease), reads no row by a sequential scan and about 1,850 index
+/// pages (under 4,000 asserted). Checked to fail with 000220's claim (rows
+/// read by sequential scans).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_after_unseen_growth_reads_by_key() {
+    for analysed in [true, false] {
+        claim_after_unseen_growth(analysed).await;
+    }
+}
+
+/// [`a_claim_after_unseen_growth_reads_by_key`] in a world of its own, the
+/// tables analysed while nearly empty if `analysed`, else never ([`young_tables`]).
+async fn claim_after_unseen_growth(analysed: bool) {
+    use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+    use vid_deliveries as store;
+    let (w, batch, mut conn) = young_world(4, analysed).await;
+    // Planned here (both statements), on nearly empty tables.
+    let (e0, _) = w.record_event().await;
+    assert_eq!(store::fan_in(&mut conn, &[e0]).await.unwrap().deliveries, 4);
+    assert_eq!(store::claim(&mut conn, 64, 64, 60_000).await.unwrap().len(), 4);
+
+    // The tables grow, unseen by the statistics.
+    let a = batch[0].as_str();
+    other_tenant_endpoints(&mut conn, a).await;
+    // `$3` rows numbered from `$1` + 1 on `$2` (NULL: spread over the grown
+    // endpoints), leased until `$5` (NULL: due), the `i`th due at
+    // 4 i + `$6` ms after a fixed past instant (the endpoints' backlogs interleave).
+    let rows = "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until) \
+         SELECT 'dlv_' || lpad(($1 + i)::text, 26, '0'), e.tenant_id, COALESCE($2, 'ep_' || lpad((i % 1000 + 1)::text, 26, '0')), \
+                'evt_' || lpad(($1 + i)::text, 26, '0'), 'video.ready', '{}', 'pending', \
+                timestamptz '2000-01-01 00:00:00+00' + (4 * i + $6) * interval '1 millisecond', $5 \
+         FROM webhook_endpoints e, generate_series(1, $3) i WHERE e.id = $4 RETURNING id, locked_until";
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        id: DeliveryId,
+        #[diesel(sql_type = Nullable<Timestamptz>)]
+        locked_until: Option<chrono::DateTime<Utc>>,
+    }
+    let insert = |from: i64, endpoint: Option<String>, n: i64, until: Option<chrono::DateTime<Utc>>, offset: i64| {
+        diesel::sql_query(rows)
+            .bind::<BigInt, _>(from)
+            .bind::<Nullable<Text>, _>(endpoint)
+            .bind::<BigInt, _>(n)
+            .bind::<Text, _>(a.to_owned())
+            .bind::<Nullable<Timestamptz>, _>(until)
+            .bind::<BigInt, _>(offset)
+    };
+    let hour = Some(Utc::now() + chrono::Duration::hours(1));
+    let grown: Vec<Row> = insert(0, None, 20_000, hour, 0).load(&mut conn).await.unwrap();
+    assert_eq!(grown.len(), 20_000);
+    let mut answered = Vec::new();
+    let mut backlog = Vec::new();
+    for (n, endpoint) in batch.iter().enumerate() {
+        let n = n as i64;
+        let leases: Vec<Row> = insert(100_000 * (n + 1), Some(endpoint.to_string()), 64, hour, 0).load(&mut conn).await.unwrap();
+        answered.extend(leases.into_iter().map(|r| (r.id, r.locked_until.unwrap())));
+        let due: Vec<Row> = insert(1_000_000 + 10_000 * n, Some(endpoint.to_string()), 1_250, None, n).load(&mut conn).await.unwrap();
+        backlog.extend(due.into_iter().map(|r| r.id));
+    }
+    assert_eq!((answered.len(), backlog.len()), (256, 5_000));
+
+    let before = table_reads(&mut conn).await;
+    let claimed = store::claim_answered(&mut conn, 64, 64, 60_000, &answered).await.unwrap();
+    let after = table_reads(&mut conn).await;
+    assert_eq!(claimed.len(), 64, "each endpoint's 64 answered leases free its slots");
+    let mut got: Vec<String> = claimed.iter().map(|c| c.id.to_string()).collect();
+    got.sort();
+    // The 64 oldest due: the first 16 of each endpoint's backlog (63 free slots each).
+    let mut oldest: Vec<String> = (0..4).flat_map(|n| (1..=16).map(move |i| format!("dlv_{:026}", 1_000_000 + 10_000 * n + i))).collect();
+    oldest.sort();
+    assert_eq!(got, oldest, "the 64 oldest due, across the endpoints");
+    read_by_key(before, after, 4_000, &format!("analysed {analysed}: the claim of 64 with 256 answered leases (about 1,850 pages by key)"));
+}
+
+/// Successes are recorded by a function (migration `000280`) that reads the
+/// batch's deliveries by primary key whatever the statistics its plan was
+/// made from (run as [`a_fan_in_after_unseen_growth_reads_by_key`]: never
+/// analysed, and analysed nearly empty): after a first success, 20,000
+/// settled deliveries appear, and the same session records a batch of 8.
+/// That call updates the 8, reads no row by a sequential scan and about 85
+/// index pages (under 300 asserted). The cached statement it replaces,
+/// planned on the young table, read the whole table for every batch (a hash
+/// join over a sequential scan); its join put back in a function planned the
+/// same way read 180,055 rows here (checked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_after_unseen_growth_reads_by_key() {
+    for analysed in [true, false] {
+        recording_after_unseen_growth(analysed).await;
+    }
+}
+
+/// [`recording_after_unseen_growth_reads_by_key`] in a world of its own, the
+/// tables analysed while nearly empty if `analysed`, else never ([`young_tables`]).
+async fn recording_after_unseen_growth(analysed: bool) {
+    use vid_deliveries as store;
+    let (w, batch, mut conn) = young_world(1, analysed).await;
+    let a = &batch[0];
+    let lease = || move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new() });
+    let record = |leased: Vec<store::ClaimedForSend>| leased.into_iter().map(|(c, _)| (c, ok_attempt())).collect::<Vec<_>>();
+    // Planned here, on empty tables.
+    let (_, first) = fan_in_one(&w, &mut conn, lease()).await;
+    assert_eq!(store::record_successes(&mut conn, &record(first), 64).await.unwrap(), 1);
+
+    // The table grows, unseen by the statistics.
+    diesel::sql_query(
+        "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at) \
+         SELECT 'dlv_' || lpad(i::text, 26, '0'), $1, $2, 'evt_' || lpad(i::text, 26, '0'), 'video.ready', '{}', 'succeeded', NULL \
+         FROM generate_series(1, 20000) i",
+    )
+    .bind::<diesel::sql_types::Text, _>(w.tenant.as_str())
+    .bind::<diesel::sql_types::Text, _>(a.as_str())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let mut events = Vec::new();
+    for _ in 0..8 {
+        events.push(w.record_event().await.0);
+    }
+    let (_, leased) = store::fan_in_leasing(&mut conn, &events, lease()).await.unwrap();
+    assert_eq!(leased.len(), 8);
+    let before = table_reads(&mut conn).await;
+    let updated = store::record_successes(&mut conn, &record(leased), 64).await.unwrap();
+    let after = table_reads(&mut conn).await;
+    assert_eq!(updated, 8);
+    read_by_key(before, after, 300, &format!("analysed {analysed}: recording 8 successes (about 85 pages by key)"));
+    let succeeded: i64 =
+        dl::table.filter(dl::endpoint_id.eq(&a)).filter(dl::status.eq("succeeded")).count().get_result(&mut conn).await.unwrap();
+    assert_eq!(succeeded, 20_009);
+}
+
+/// A world with `endpoints` endpoints of its tenant and a connection whose
+/// tables are young ([`young_tables`]).
+async fn young_world(endpoints: usize, analysed: bool) -> (World, Vec<EndpointId>, diesel_async::AsyncPgConnection) {
+    let w = World::new(&[]).await;
+    let mut batch = Vec::new();
+    for i in 0..endpoints {
+        batch.push(w.endpoint(&format!("http://127.0.0.1:9/{i}")).await.0);
+    }
+    let mut conn = w.conn().await;
+    young_tables(&mut conn, analysed).await;
+    (w, batch, conn)
+}
+
+/// 1,000 endpoints `ep_000…1` to `ep_000…1000` of another tenant (so no
+/// event of the world's reaches them), copied from `like`.
+async fn other_tenant_endpoints(conn: &mut diesel_async::AsyncPgConnection, like: &str) {
+    diesel::sql_query("INSERT INTO tenants (id, name) VALUES ('ten_01000000000000000000000000', 'other')")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    diesel::sql_query(
+        "INSERT INTO webhook_endpoints (id, tenant_id, url, signature_format, status, secret_sealed) \
+         SELECT 'ep_' || lpad(i::text, 26, '0'), 'ten_01000000000000000000000000', e.url, e.signature_format, e.status, e.secret_sealed \
+         FROM webhook_endpoints e, generate_series(1, 1000) i WHERE e.id = $1",
+    )
+    .bind::<diesel::sql_types::Text, _>(like)
+    .execute(conn)
+    .await
+    .unwrap();
+}
+
+/// Between the [`table_reads`] `before` and `after` of `what`: no row read
+/// by a sequential scan, fewer than `max_pages` index pages.
+fn read_by_key(before: (i64, i64), after: (i64, i64), max_pages: i64, what: &str) {
+    let (pages, scanned) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(scanned, 0, "{what}: rows of webhook_deliveries and webhook_endpoints read by sequential scans");
+    assert!(pages < max_pages, "{what}: {pages} index pages read, want under {max_pages}");
+}
+
+/// Autovacuum off on `webhook_deliveries` and `webhook_endpoints` (no
+/// analysis may replan what a session planned), then, if `analysed`, both
+/// analysed as they are (nearly empty): the statistics the leasing
+/// functions distrust (fewer than 1,000 rows: planned on every call);
+/// otherwise never analysed (a plan made once a session, on the empty table).
+async fn young_tables(conn: &mut diesel_async::AsyncPgConnection, analysed: bool) {
+    for sql in
+        ["ALTER TABLE webhook_deliveries SET (autovacuum_enabled = off)", "ALTER TABLE webhook_endpoints SET (autovacuum_enabled = off)"]
+    {
+        diesel::sql_query(sql).execute(&mut *conn).await.unwrap();
+    }
+    if analysed {
+        for sql in ["ANALYZE webhook_deliveries", "ANALYZE webhook_endpoints"] {
+            diesel::sql_query(sql).execute(&mut *conn).await.unwrap();
+        }
+    }
+}
+
+/// Index pages read so far from `webhook_deliveries` and `webhook_endpoints`
+/// (`pg_statio_user_indexes`: `idx_blks_hit + idx_blks_read`, every index;
+/// a scan of a whole index counts every page it passes, even where it
+/// returns one entry) and their rows read by sequential scans
+/// (`pg_stat_user_tables.seq_tup_read`), after flushing this session's
+/// pending statistics (`pg_stat_force_next_flush`).
+async fn table_reads(conn: &mut diesel_async::AsyncPgConnection) -> (i64, i64) {
+    #[derive(QueryableByName)]
+    struct Reads {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        index: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        seq: i64,
+    }
+    diesel::sql_query("SELECT pg_stat_force_next_flush()").execute(conn).await.unwrap();
+    let r: Reads = diesel::sql_query(
+        "SELECT (SELECT sum(idx_blks_hit + idx_blks_read) FROM pg_statio_user_indexes WHERE relname IN ('webhook_deliveries', 'webhook_endpoints'))::bigint AS index, \
+                (SELECT sum(seq_tup_read) FROM pg_stat_user_tables WHERE relname IN ('webhook_deliveries', 'webhook_endpoints'))::bigint AS seq",
+    )
+    .get_result(conn)
+    .await
+    .unwrap();
+    (r.index, r.seq)
+}
+
 /// The three-argument claim, kept for replicas of the previous release
 /// during a rolling update, is the five-argument one with nothing answered
 /// (migration `2026-12-05-000230`, one claim body): it leases up to the
