@@ -154,6 +154,76 @@ pub const RECORD_SUCCESSES_FUNCTION: &str =
 /// per-endpoint concurrency ([`RECORD_SUCCESSES_FUNCTION`]).
 const RECORD_SUCCESSES_SQL: &str = "SELECT webhook_deliveries_record_successes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) AS updated";
 
+/// The statement [`record_successes`] ran before migration 000280 (same
+/// binds and result), kept for a rolling update's window only: a dispatcher
+/// of this release that starts before the migration Job has applied 000280
+/// records with it ([`record_function_present`]) instead of failing to
+/// record until its leases expire and the deliveries are sent again.
+/// Remove it one release after 000280.
+const RECORD_SUCCESSES_BEFORE_000280_SQL: &str = r#"
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::int[], $6::timestamptz[], $7::int[], $8::int[], $9::text[])
+        AS t(attempt_id, delivery_id, endpoint_id, token, attempt_number, started_at, duration_ms, response_status, response_body)
+),
+attempts AS (
+    INSERT INTO webhook_attempts (id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body)
+    SELECT attempt_id, delivery_id, endpoint_id, attempt_number, started_at, duration_ms, response_status, response_body FROM input
+    ON CONFLICT (delivery_id, attempt_number) DO NOTHING
+),
+updated AS (
+    UPDATE webhook_deliveries d
+    SET status = 'succeeded', attempt_count = i.attempt_number, next_attempt_at = NULL, last_attempt_at = i.started_at,
+        locked_until = NULL, manual_retry = false, updated_at = now()
+    FROM input i
+    WHERE d.id = i.delivery_id AND d.locked_until = i.token
+    RETURNING d.endpoint_id
+),
+stale AS (
+    -- Endpoints whose health this batch changes: failures to reset, a
+    -- lowered concurrency_limit to raise, or a last_success_at more than
+    -- HEALTH_REFRESH old. Locked in id order, so two batches of successes
+    -- never lock the same endpoints in opposite orders (no deadlock between
+    -- them); NO KEY UPDATE, as an UPDATE's own lock, so a fan-in's foreign
+    -- key check (KEY SHARE) on the endpoint never waits for it.
+    SELECT e.id FROM webhook_endpoints e
+    WHERE e.id IN (SELECT endpoint_id FROM updated)
+      AND (e.consecutive_failures <> 0 OR e.failing_since IS NOT NULL OR e.concurrency_limit IS NOT NULL
+           OR e.last_success_at IS NULL OR e.last_success_at < now() - interval '1 second')
+    ORDER BY e.id
+    FOR NO KEY UPDATE
+),
+health AS (
+    UPDATE webhook_endpoints e
+    SET last_success_at = now(), consecutive_failures = 0, failing_since = NULL,
+        concurrency_limit = CASE WHEN e.concurrency_limit IS NULL OR e.concurrency_limit + 1 >= $10 THEN NULL
+                                 ELSE e.concurrency_limit + 1 END
+    FROM stale WHERE e.id = stale.id
+)
+SELECT count(*) AS updated FROM updated
+"#;
+
+/// Whether this process has seen `webhook_deliveries_record_successes`
+/// ([`record_function_present`]); once seen, it is assumed (migrations are
+/// not rolled back under running dispatchers).
+static RECORD_FUNCTION_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `conn`'s database has `webhook_deliveries_record_successes`
+/// (migration 000280), by `to_regprocedure` on its signature: one catalog
+/// lookup, no error when absent. Errors: the database's.
+pub async fn record_function_present(conn: &mut AsyncPgConnection) -> QueryResult<bool> {
+    #[derive(QueryableByName)]
+    struct Present {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        present: bool,
+    }
+    let r: Present = vid_db::cached_sql_query(
+        "SELECT to_regprocedure('webhook_deliveries_record_successes(text[], text[], text[], timestamptz[], integer[], timestamptz[], integer[], integer[], text[], integer)') IS NOT NULL AS present",
+    )
+    .get_result(conn)
+    .await?;
+    Ok(r.present)
+}
+
 /// How stale `webhook_endpoints.last_success_at` may get while an endpoint
 /// is healthy: [`record_successes`] writes an endpoint's health row only
 /// when the batch changes it (failure counters to reset, a lowered
@@ -180,19 +250,55 @@ pub const HEALTH_REFRESH: std::time::Duration = std::time::Duration::from_secs(1
 /// still meet one in a deadlock: PostgreSQL ends one, and the recorder
 /// retries it; both writes are idempotent). Every record must have `success`.
 /// Returns how many deliveries were updated; the others had lost their lease
-/// (their attempt row is still written, as [`record`] does).
+/// (their attempt row is still written, as [`record`] does). On a database
+/// without migration 000280 (a rolling update whose migration Job has not
+/// finished) it runs the statement from before it.
 pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, AttemptRecord)], per_endpoint: i32) -> QueryResult<usize> {
     if batch.is_empty() {
         return Ok(0);
     }
     debug_assert!(batch.iter().all(|(_, a)| a.success));
+    let sql = if std::sync::atomic::AtomicBool::load(&RECORD_FUNCTION_SEEN, std::sync::atomic::Ordering::Relaxed)
+        || record_function_present(conn).await?
+    {
+        RECORD_FUNCTION_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+        RECORD_SUCCESSES_SQL
+    } else {
+        RECORD_SUCCESSES_BEFORE_000280_SQL
+    };
+    record_successes_with(conn, sql, batch, per_endpoint).await
+}
+
+/// [`record_successes`] with the statement before migration 000280
+/// ([`RECORD_SUCCESSES_BEFORE_000280_SQL`]), as a dispatcher of this release
+/// runs it on a database the migration has not reached yet. Public for the
+/// test of that window.
+#[doc(hidden)]
+pub async fn record_successes_before_000280(
+    conn: &mut AsyncPgConnection,
+    batch: &[(Claimed, AttemptRecord)],
+    per_endpoint: i32,
+) -> QueryResult<usize> {
+    record_successes_with(conn, RECORD_SUCCESSES_BEFORE_000280_SQL, batch, per_endpoint).await
+}
+
+/// [`record_successes`]' body with `sql`, one of its two statements.
+async fn record_successes_with(
+    conn: &mut AsyncPgConnection,
+    sql: &'static str,
+    batch: &[(Claimed, AttemptRecord)],
+    per_endpoint: i32,
+) -> QueryResult<usize> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
     let attempt_ids: Vec<String> = batch.iter().map(|_| vid_core::AttemptId::generate().as_str().to_owned()).collect();
     #[derive(QueryableByName)]
     struct Count {
         #[diesel(sql_type = BigInt)]
         updated: i64,
     }
-    let count: Count = vid_db::cached_sql_query(RECORD_SUCCESSES_SQL)
+    let count: Count = vid_db::cached_sql_query(sql)
         .bind::<Array<Text>, _>(attempt_ids)
         .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.id.as_str()).collect::<Vec<_>>())
         .bind::<Array<Text>, _>(batch.iter().map(|(c, _)| c.endpoint_id.as_str()).collect::<Vec<_>>())
@@ -247,12 +353,15 @@ mod tests {
     fn the_health_refresh_in_the_sql_is_the_constant() {
         let interval = format!("e.last_success_at < now() - interval '{} second'", HEALTH_REFRESH.as_secs());
         assert!(HEALTH_REFRESH.subsec_nanos() == 0 && RECORD_SUCCESSES_FUNCTION.contains(&interval), "{interval}");
+        assert!(RECORD_SUCCESSES_BEFORE_000280_SQL.contains(&interval), "{interval}");
     }
 
     #[test]
     fn the_batch_statement_uses_the_typed_status() {
-        assert_eq!(RECORD_SUCCESSES_FUNCTION.matches("status = '").count(), 1);
-        assert!(RECORD_SUCCESSES_FUNCTION.contains(&format!("status = '{}'", DeliveryStatus::Succeeded)));
+        for sql in [RECORD_SUCCESSES_FUNCTION, RECORD_SUCCESSES_BEFORE_000280_SQL] {
+            assert_eq!(sql.matches("status = '").count(), 1);
+            assert!(sql.contains(&format!("status = '{}'", DeliveryStatus::Succeeded)));
+        }
     }
 
     /// The function reads the batch's deliveries by primary key with

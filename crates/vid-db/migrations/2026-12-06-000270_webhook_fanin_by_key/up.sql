@@ -23,9 +23,11 @@
 --     whole table or index); an endpoint's open leases counted in the order
 --     of webhook_deliveries_leased (ORDER BY locked_until, which only that
 --     index gives without a sort) and capped at the bound plus the answered
---     leases (a count at the cap leaves no slot, as the real one would), so
---     never by reading all of an endpoint's deliveries through
---     webhook_deliveries_endpoint;
+--     leases (a count at the cap leaves no slot, as the real one would; the
+--     bound taken at most 2^31 - 1 so the sum cannot overflow), so not by
+--     reading all of an endpoint's deliveries through
+--     webhook_deliveries_endpoint (except on the last statistics state
+--     below, where the planner sees both indexes alike);
 --   * enable_seqscan = off for the function's calls;
 --   * while the statistics of webhook_deliveries describe fewer than 1,000
 --     rows (analysed or vacuumed nearly empty: a new database that someone
@@ -156,7 +158,7 @@ BEGIN
                             SELECT 1 FROM webhook_deliveries f
                             WHERE f.endpoint_id = p.id AND f.status = 'pending'
                               AND f.locked_until IS NOT NULL AND f.locked_until >= now()
-                            ORDER BY f.locked_until LIMIT per_endpoint + cardinality(answered_ids)) s)
+                            ORDER BY f.locked_until LIMIT LEAST(per_endpoint, 2147483647) + cardinality(answered_ids)) s)
                       - COALESCE(v.n, 0)
                 ORDER BY p.ord
             )
@@ -191,7 +193,7 @@ BEGIN
                        SELECT 1 FROM webhook_deliveries f
                        WHERE f.endpoint_id = h.id AND f.status = 'pending'
                          AND f.locked_until IS NOT NULL AND f.locked_until >= now()
-                       ORDER BY f.locked_until LIMIT per_endpoint + cardinality(answered_ids)) s)
+                       ORDER BY f.locked_until LIMIT LEAST(per_endpoint, 2147483647) + cardinality(answered_ids)) s)
                + COALESCE(v.n, 0) AS free
         -- held's endpoints (each once: the lock statement's rows are distinct)
         -- by primary key, one probe each.

@@ -35,9 +35,12 @@
 -- both ways (6,822/6,707/5,728 against 6,681/6,346/6,298).
 --
 -- Rolling update: a new function; dispatchers of the previous release keep
--- their own statement. New dispatchers need this migration first (the
--- migrate Job, k8s/README.md); until it has run, their recording fails and
--- is retried (the leases keep the deliveries; nothing is lost).
+-- their own statement. A dispatcher of this release looks the function up
+-- (vid_deliveries::outcome::record_function_present, to_regprocedure) until
+-- it has seen it once, and until then runs the statement from before this
+-- migration, so a pod started before the migration Job has run records its
+-- successes as before instead of failing until its leases expire (which
+-- would send those deliveries again).
 
 CREATE FUNCTION webhook_deliveries_record_successes(
     attempt_ids text[], delivery_ids text[], endpoint_ids text[], tokens timestamptz[], attempt_numbers integer[],
