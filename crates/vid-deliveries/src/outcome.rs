@@ -5,6 +5,8 @@
 //! filters on `locked_until = token`); the attempt row is written even when
 //! the lease was lost, since the request did go out.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Integer, Nullable, Text, Timestamptz};
@@ -205,7 +207,7 @@ SELECT count(*) AS updated FROM updated
 /// Whether this process has seen `webhook_deliveries_record_successes`
 /// ([`record_function_present`]); once seen, it is assumed (migrations are
 /// not rolled back under running dispatchers).
-static RECORD_FUNCTION_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static RECORD_FUNCTION_SEEN: AtomicBool = AtomicBool::new(false);
 
 /// Whether `conn`'s database has `webhook_deliveries_record_successes`
 /// (migration 000280), by `to_regprocedure` on its signature: one catalog
@@ -258,10 +260,9 @@ pub async fn record_successes(conn: &mut AsyncPgConnection, batch: &[(Claimed, A
         return Ok(0);
     }
     debug_assert!(batch.iter().all(|(_, a)| a.success));
-    let sql = if std::sync::atomic::AtomicBool::load(&RECORD_FUNCTION_SEEN, std::sync::atomic::Ordering::Relaxed)
-        || record_function_present(conn).await?
-    {
-        RECORD_FUNCTION_SEEN.store(true, std::sync::atomic::Ordering::Relaxed);
+    // `AtomicBool::load` by path: diesel's `RunQueryDsl::load` is in scope.
+    let sql = if AtomicBool::load(&RECORD_FUNCTION_SEEN, Ordering::Relaxed) || record_function_present(conn).await? {
+        RECORD_FUNCTION_SEEN.store(true, Ordering::Relaxed);
         RECORD_SUCCESSES_SQL
     } else {
         RECORD_SUCCESSES_BEFORE_000280_SQL
@@ -289,9 +290,6 @@ async fn record_successes_with(
     batch: &[(Claimed, AttemptRecord)],
     per_endpoint: i32,
 ) -> QueryResult<usize> {
-    if batch.is_empty() {
-        return Ok(0);
-    }
     let attempt_ids: Vec<String> = batch.iter().map(|_| vid_core::AttemptId::generate().as_str().to_owned()).collect();
     #[derive(QueryableByName)]
     struct Count {

@@ -1414,42 +1414,15 @@ async fn fan_in_after_unseen_growth(young: Young) {
     // tenant (so the batch's events do not reach them).
     let a = batch[0].as_str();
     other_tenant_endpoints(&mut conn, a).await;
-    // Live leases: `$3` rows numbered from `$1` + 1 on `$2` (or, with `$2`
-    // NULL, spread over the grown endpoints).
-    let live_leases = "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until) \
-         SELECT 'dlv_' || lpad(($1 + i)::text, 26, '0'), e.tenant_id, COALESCE($2, 'ep_' || lpad((i % 1000 + 1)::text, 26, '0')), \
-                'evt_' || lpad(($1 + i)::text, 26, '0'), 'video.ready', '{}', 'pending', \
-                now(), now() + interval '1 hour' \
-         FROM webhook_endpoints e, generate_series(1, $3) i WHERE e.id = $4 RETURNING id, locked_until";
-    #[derive(QueryableByName)]
-    struct Lease {
-        #[diesel(sql_type = Text)]
-        id: DeliveryId,
-        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
-        locked_until: chrono::DateTime<Utc>,
-    }
-    let grown: Vec<Lease> = diesel::sql_query(live_leases)
-        .bind::<BigInt, _>(0)
-        .bind::<diesel::sql_types::Nullable<Text>, _>(None::<String>)
-        .bind::<BigInt, _>(20_000)
-        .bind::<Text, _>(a)
-        .load(&mut conn)
-        .await
-        .unwrap();
+    let hour = Some(Utc::now() + chrono::Duration::hours(1));
+    let grown = insert_deliveries(&mut conn, a, 0, None, 20_000, hour, 0).await;
     assert_eq!(grown.len(), 20_000);
     // 64 answered leases on each of the batch's endpoints (their bound), the
     // four already leased above counted as open.
     let mut answered = Vec::new();
     for (n, endpoint) in batch.iter().enumerate() {
-        let rows: Vec<Lease> = diesel::sql_query(live_leases)
-            .bind::<BigInt, _>(100_000 * (n as i64 + 1))
-            .bind::<diesel::sql_types::Nullable<Text>, _>(Some(endpoint.as_str()))
-            .bind::<BigInt, _>(64)
-            .bind::<Text, _>(a)
-            .load(&mut conn)
-            .await
-            .unwrap();
-        answered.extend(rows.into_iter().map(|l| (l.id, l.locked_until)));
+        let leases = insert_deliveries(&mut conn, a, 100_000 * (n as i64 + 1), Some(endpoint), 64, hour, 0).await;
+        answered.extend(leases.into_iter().map(|(id, until)| (id, until.unwrap())));
     }
     assert_eq!(answered.len(), 256);
 
@@ -1522,7 +1495,6 @@ async fn a_claim_after_unseen_growth_reads_by_key() {
 /// [`a_claim_after_unseen_growth_reads_by_key`] in a world of its own, the
 /// tables' statistics as `young` says ([`young_tables`]).
 async fn claim_after_unseen_growth(young: Young) {
-    use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
     use vid_deliveries as store;
     let (w, batch, mut conn) = young_world(4, young).await;
     // Planned here (both statements), on nearly empty tables.
@@ -1533,41 +1505,17 @@ async fn claim_after_unseen_growth(young: Young) {
     // The tables grow, unseen by the statistics.
     let a = batch[0].as_str();
     other_tenant_endpoints(&mut conn, a).await;
-    // `$3` rows numbered from `$1` + 1 on `$2` (NULL: spread over the grown
-    // endpoints), leased until `$5` (NULL: due), the `i`th due at
-    // 4 i + `$6` ms after a fixed past instant (the endpoints' backlogs interleave).
-    let rows = "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until) \
-         SELECT 'dlv_' || lpad(($1 + i)::text, 26, '0'), e.tenant_id, COALESCE($2, 'ep_' || lpad((i % 1000 + 1)::text, 26, '0')), \
-                'evt_' || lpad(($1 + i)::text, 26, '0'), 'video.ready', '{}', 'pending', \
-                timestamptz '2000-01-01 00:00:00+00' + (4 * i + $6) * interval '1 millisecond', $5 \
-         FROM webhook_endpoints e, generate_series(1, $3) i WHERE e.id = $4 RETURNING id, locked_until";
-    #[derive(QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = Text)]
-        id: DeliveryId,
-        #[diesel(sql_type = Nullable<Timestamptz>)]
-        locked_until: Option<chrono::DateTime<Utc>>,
-    }
-    let insert = |from: i64, endpoint: Option<String>, n: i64, until: Option<chrono::DateTime<Utc>>, offset: i64| {
-        diesel::sql_query(rows)
-            .bind::<BigInt, _>(from)
-            .bind::<Nullable<Text>, _>(endpoint)
-            .bind::<BigInt, _>(n)
-            .bind::<Text, _>(a.to_owned())
-            .bind::<Nullable<Timestamptz>, _>(until)
-            .bind::<BigInt, _>(offset)
-    };
     let hour = Some(Utc::now() + chrono::Duration::hours(1));
-    let grown: Vec<Row> = insert(0, None, 20_000, hour, 0).load(&mut conn).await.unwrap();
+    let grown = insert_deliveries(&mut conn, a, 0, None, 20_000, hour, 0).await;
     assert_eq!(grown.len(), 20_000);
     let mut answered = Vec::new();
     let mut backlog = Vec::new();
     for (n, endpoint) in batch.iter().enumerate() {
         let n = n as i64;
-        let leases: Vec<Row> = insert(100_000 * (n + 1), Some(endpoint.to_string()), 64, hour, 0).load(&mut conn).await.unwrap();
-        answered.extend(leases.into_iter().map(|r| (r.id, r.locked_until.unwrap())));
-        let due: Vec<Row> = insert(1_000_000 + 10_000 * n, Some(endpoint.to_string()), 1_250, None, n).load(&mut conn).await.unwrap();
-        backlog.extend(due.into_iter().map(|r| r.id));
+        let leases = insert_deliveries(&mut conn, a, 100_000 * (n + 1), Some(endpoint), 64, hour, 0).await;
+        answered.extend(leases.into_iter().map(|(id, until)| (id, until.unwrap())));
+        let due = insert_deliveries(&mut conn, a, 1_000_000 + 10_000 * n, Some(endpoint), 1_250, None, n).await;
+        backlog.extend(due.into_iter().map(|(id, _)| id));
     }
     assert_eq!((answered.len(), backlog.len()), (256, 5_000));
 
@@ -1709,6 +1657,48 @@ async fn other_tenant_endpoints(conn: &mut diesel_async::AsyncPgConnection, like
     .execute(conn)
     .await
     .unwrap();
+}
+
+/// Inserts `n` pending deliveries numbered `from + 1` to `from + n`
+/// (`dlv_`/`evt_` and the number, zero-padded) on `endpoint`, or, with
+/// `None`, spread over [`other_tenant_endpoints`]; of `like`'s tenant,
+/// leased until `until` (`None`: due), the `i`th due at `4 i + offset` ms
+/// after a fixed past instant (so backlogs of several endpoints
+/// interleave). Returns their ids and leases.
+async fn insert_deliveries(
+    conn: &mut diesel_async::AsyncPgConnection,
+    like: &str,
+    from: i64,
+    endpoint: Option<&EndpointId>,
+    n: i64,
+    until: Option<chrono::DateTime<Utc>>,
+    offset: i64,
+) -> Vec<(DeliveryId, Option<chrono::DateTime<Utc>>)> {
+    use diesel::sql_types::{BigInt, Nullable, Text, Timestamptz};
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = Text)]
+        id: DeliveryId,
+        #[diesel(sql_type = Nullable<Timestamptz>)]
+        locked_until: Option<chrono::DateTime<Utc>>,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "INSERT INTO webhook_deliveries (id, tenant_id, endpoint_id, event_id, event_type, payload, status, next_attempt_at, locked_until) \
+         SELECT 'dlv_' || lpad(($1 + i)::text, 26, '0'), e.tenant_id, COALESCE($2, 'ep_' || lpad((i % 1000 + 1)::text, 26, '0')), \
+                'evt_' || lpad(($1 + i)::text, 26, '0'), 'video.ready', '{}', 'pending', \
+                timestamptz '2000-01-01 00:00:00+00' + (4 * i + $6) * interval '1 millisecond', $5 \
+         FROM webhook_endpoints e, generate_series(1, $3) i WHERE e.id = $4 RETURNING id, locked_until",
+    )
+    .bind::<BigInt, _>(from)
+    .bind::<Nullable<Text>, _>(endpoint.map(|e| e.as_str()))
+    .bind::<BigInt, _>(n)
+    .bind::<Text, _>(like)
+    .bind::<Nullable<Timestamptz>, _>(until)
+    .bind::<BigInt, _>(offset)
+    .load(conn)
+    .await
+    .unwrap();
+    rows.into_iter().map(|r| (r.id, r.locked_until)).collect()
 }
 
 /// Between the [`table_reads`] `before` and `after` of `what`: no row read
