@@ -25,6 +25,9 @@
 set -Eeuo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+# Every psql here gives up on a server that does not answer instead of
+# hanging the run (libpq's connect_timeout, in seconds).
+export PGCONNECT_TIMEOUT="${PGCONNECT_TIMEOUT:-10}"
 
 PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)"
 RMQ_BIN=/usr/lib/rabbitmq/bin

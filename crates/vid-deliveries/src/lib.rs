@@ -88,4 +88,4 @@ pub use crate::fanin::{fan_in, fan_in_leasing, FannedIn, LeaseFresh};
 pub use crate::health::disable;
 pub use crate::lease::{claim, claim_answered, claim_for_send, postpone, release, release_expired, Claimed, ClaimedForSend};
 pub use crate::outcome::{record, record_successes, settle_without_attempt, Recorded};
-pub use crate::read::{load_endpoint, load_endpoints, retry_backlog, DeliveryRecord, EndpointForSend};
+pub use crate::read::{load_endpoints, retry_backlog, DeliveryRecord, EndpointForSend};

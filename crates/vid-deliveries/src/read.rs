@@ -32,11 +32,6 @@ pub struct EndpointForSend {
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
 }
 
-/// Loads an endpoint for sending.
-pub async fn load_endpoint(conn: &mut AsyncPgConnection, id: &EndpointId) -> QueryResult<Option<EndpointForSend>> {
-    ep::table.filter(ep::id.eq(id)).select(EndpointForSend::as_select()).first(conn).await.optional()
-}
-
 /// Loads several endpoints for sending, in one query: the dispatcher reads
 /// again, before settling on them, the endpoints a leasing statement's
 /// snapshot showed missing, disabled or deleted. Ids that do not exist are
