@@ -68,10 +68,9 @@ for v in ROUNDS SECONDS_EACH CLIENTS; do
 done
 [[ "$HOT_FILLFACTOR" =~ ^[0-9]+$ ]] && [ "$HOT_FILLFACTOR" -ge 10 ] && [ "$HOT_FILLFACTOR" -le 100 ] \
     || die "HOT_FILLFACTOR must be an integer from 10 to 100 (got '$HOT_FILLFACTOR')"
-# The scratch database lives on the same server: the URL's database part is replaced.
+# The scratch database lives on the same server: bench_db replaces the URL's database part.
 [[ "$VID__DATABASE__URL" =~ ^(postgres(ql)?://[^/?]+)/[^/?]+$ ]] \
     || die "VID__DATABASE__URL must look like postgres://user@host:port/database, without parameters (got '$VID__DATABASE__URL')"
-SERVER="${BASH_REMATCH[1]}"
 PGBENCH="$(command -v pgbench || ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | tail -1 || true)"
 if [ -z "$PGBENCH" ]; then
     echo "bench-delivery-writes: installing pgbench (apt-get install postgresql-client)"
@@ -84,17 +83,20 @@ if [ -z "${API_BIN:-}" ]; then
 fi
 [ -x "$API_BIN" ] || die "API_BIN=$API_BIN is not an executable (leave API_BIN unset to build target/release/api)"
 
-DB="vidbench_writes_$$"
+# shellcheck source=scripts/lib/bench-http.sh
+source scripts/lib/bench-http.sh   # bench_db: the scratch database, migrated by $API_BIN
+DB=""
 WORK="$(mktemp -d /tmp/vid-bench-writes.XXXXXX)"
 cleanup() {
-    psql -q "$SERVER/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null \
-        || echo "bench-delivery-writes: could not drop the scratch database $DB; drop it by hand" >&2
+    if [ -n "$DB" ]; then
+        psql -q "$SERVER/postgres" -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" >/dev/null \
+            || echo "bench-delivery-writes: could not drop the scratch database $DB; drop it by hand" >&2
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
-psql -q "$SERVER/postgres" -c "CREATE DATABASE $DB" >/dev/null
-URL="$SERVER/$DB"
-VID__DATABASE__URL="$URL" VID_PROFILE=development "$API_BIN" migrate >/dev/null
+bench_db writes
+URL="$VID__DATABASE__URL"
 EP="ep_01jbenchwrites000000000000"
 
 # One copy of the tables per variant: `a` (current), `f` (floor), `n` (narrow), `q` (queue), `u` (no_unique), `h` (hot_lease).

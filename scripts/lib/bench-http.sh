@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shared parts of the HTTP benchmarks against the playback service
-# (scripts/bench-playback.sh, scripts/bench-thumbnails.sh): sourced, not run.
+# (scripts/bench-playback.sh, scripts/bench-thumbnails.sh; bench_db alone also
+# by scripts/bench-delivery-writes.sh): sourced, not run.
 #
 #   bench_init NAME          die(), wrk + nginx (apt if missing), $NGINX, $WORK (a temp dir,
 #                            removed on exit with every process in PIDS and the scratch database)
