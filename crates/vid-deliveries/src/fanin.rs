@@ -121,6 +121,31 @@ pub struct LeaseFresh {
     /// endpoints' counts, each only while it is still that very lease, as
     /// [`crate::lease::claim_answered`] does. Empty: every lease counts.
     pub answered: Vec<(DeliveryId, DateTime<Utc>)>,
+    /// Leasing ahead of the bound; `None`: the bound alone.
+    pub ahead: Option<Ahead>,
+}
+
+/// Leasing ahead of the per-endpoint bound (migration 000300,
+/// [`crate::lease::FANIN_AHEAD_FUNCTION`]). An endpoint that is
+/// unthrottled, at its full concurrency (`concurrency_limit` not lowered by
+/// a 429/503), with nothing older due, and whose live leases number no more
+/// than the caller's count of its own, gets all its new pending deliveries
+/// leased (at most [`LeaseFresh::limit`] + `max` in all; `limit` alone still
+/// bounds those leased within the bound), whatever `per_endpoint`: the caller
+/// then holds more leases than the bound and must itself open at most
+/// `per_endpoint` requests to that endpoint. No other replica leases for it
+/// meanwhile (its leasing statements count these leases), so the bound on
+/// open requests stays exact across replicas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ahead {
+    /// Leased beyond `limit` in all, at most (0: no leasing ahead).
+    pub max: i32,
+    /// The caller's live leases per endpoint (an endpoint not listed: none).
+    /// A count must never exceed the caller's live leases of that endpoint
+    /// in the database: a lease counted after the statement that ends it
+    /// was sent, or with under a second left, would let another replica's
+    /// lease pass for the caller's. A low count only leases within the bound.
+    pub own: Vec<(EndpointId, i64)>,
 }
 
 /// [`fan_in_leasing`]'s insert: `webhook_deliveries_insert_leasing`
@@ -128,7 +153,9 @@ pub struct LeaseFresh {
 /// deliveries as arrays, in the insert order; `$9` the per-endpoint bound,
 /// `$10` how many may be leased in all (0: none, no lock is taken and no
 /// endpoint read), `$11` the lease in ms, `$12`/`$13` the caller's answered
-/// leases (ids, claim tokens; [`LeaseFresh::answered`]). A delivery is inserted leased when
+/// leases (ids, claim tokens; [`LeaseFresh::answered`]), `$14` how many may be
+/// leased ahead of the bound and `$15`/`$16` the caller's live leases per
+/// endpoint ([`Ahead`]). A delivery is inserted leased when
 /// its endpoint is unthrottled and has no unleased delivery already due (so
 /// the oldest due is still sent first: the claim's order), it fits both in
 /// the endpoint's free slots (counted exactly as the claim counts them) and
@@ -139,7 +166,7 @@ pub struct LeaseFresh {
 const INSERT_SQL: &str = concat!(
     "SELECT c.id, c.endpoint_id, c.tenant_id, c.event_id, c.payload, c.attempt_count, c.manual_retry, c.locked_until, ",
     endpoint_columns!(),
-    " FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) c \
+    " FROM webhook_deliveries_insert_leasing($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) c \
      LEFT JOIN webhook_endpoints e ON c.locked_until IS NOT NULL AND e.id = c.endpoint_id"
 );
 
@@ -193,7 +220,9 @@ pub async fn fan_in(conn: &mut AsyncPgConnection, ids: &[EventId]) -> QueryResul
 /// per-endpoint bound stays exact across replicas; an endpoint whose lock
 /// another transaction holds at that moment (a claim, another fan-in, or an
 /// endpoint sharing its lock's hash) gets its deliveries unleased (due now:
-/// the scheduler claims them once woken). A leased delivery is exactly what
+/// the scheduler claims them once woken). With [`LeaseFresh::ahead`], an
+/// endpoint no one else holds a lease of may be leased beyond the bound
+/// (see there). A leased delivery is exactly what
 /// [`crate::lease::claim_answered`] with the same [`LeaseFresh::answered`]
 /// would have returned for it (same bound, lease, token, order rule). Returns what was inserted and the leased deliveries with their endpoints (as [`crate::lease::claim_for_send`] returns them), in
 /// insert order. The leases are real once the insert commits: at once in
@@ -226,10 +255,12 @@ async fn insert_leasing(
         return Ok(Default::default());
     }
     let pending = missing.iter().filter(|m| m.status == EndpointStatus::Enabled).count();
-    let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0) } else { None };
-    let LeaseFresh { per_endpoint, limit, lease_ms, answered } =
-        lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0, answered: Vec::new() });
+    let lease = if pending > 0 { lease(pending).filter(|l| l.limit > 0 || l.ahead.as_ref().is_some_and(|a| a.max > 0)) } else { None };
+    let LeaseFresh { per_endpoint, limit, lease_ms, answered, ahead } =
+        lease.unwrap_or(LeaseFresh { per_endpoint: 1, limit: 0, lease_ms: 0, answered: Vec::new(), ahead: None });
     let (answered_ids, answered_tokens) = crate::lease::answered_arrays(&answered);
+    let max_ahead = ahead.as_ref().map_or(0, |a| i64::from(a.max.max(0)));
+    let (own_ids, own_counts): (Vec<&str>, Vec<i64>) = ahead.iter().flat_map(|a| &a.own).map(|(e, n)| (e.as_str(), (*n).max(0))).unzip();
     let now = Utc::now();
     let n = missing.len();
     let (mut ids, mut tenants, mut endpoints, mut events, mut types, mut payloads, mut statuses, mut due) = (
@@ -267,6 +298,9 @@ async fn insert_leasing(
         .bind::<BigInt, _>(lease_ms)
         .bind::<Array<Text>, _>(answered_ids)
         .bind::<Array<Timestamptz>, _>(answered_tokens)
+        .bind::<BigInt, _>(max_ahead)
+        .bind::<Array<Text>, _>(own_ids)
+        .bind::<Array<BigInt>, _>(own_counts)
         .load(conn)
         .await?;
     let mut out = FannedIn { deliveries: inserted.len(), events: Vec::with_capacity(inserted.len()) };

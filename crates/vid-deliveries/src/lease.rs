@@ -96,8 +96,17 @@ pub const FANIN_ANSWERED_FUNCTION: &str = include_str!("../../vid-db/migrations/
 /// `webhook_deliveries_claimable`. While the statistics of
 /// `webhook_deliveries` describe fewer than 1,000 rows (where a probe by key
 /// and a scan of a whole index are estimated alike) each call is planned
-/// anew ([`YOUNG_STATISTICS_GUARD`]).
+/// anew ([`YOUNG_STATISTICS_GUARD`]). Its body has since moved to
+/// [`FANIN_AHEAD_FUNCTION`]'s sixteen-argument function.
 pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000270_webhook_fanin_by_key/up.sql");
+
+/// The migration whose sixteen-argument fan-in insert is in force (000300):
+/// [`FANIN_LEASING_FUNCTION`]'s, which may also lease ahead of the bound
+/// for an endpoint whose every live lease is the caller's
+/// ([`crate::fanin::LeaseFresh::ahead`]; the migration gives why the bound
+/// on open requests stays exact across replicas). The thirteen-argument
+/// function becomes a SQL function calling it without leasing ahead.
+pub const FANIN_AHEAD_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000300_webhook_fanin_ahead/up.sql");
 
 /// The migration whose five-argument `webhook_deliveries_claim` is in force
 /// (000290): [`CLAIM_ANSWERED_FUNCTION`]'s claim planned once a session and
@@ -106,7 +115,7 @@ pub const FANIN_LEASING_FUNCTION: &str = include_str!("../../vid-db/migrations/2
 /// claim ends there).
 pub const CLAIM_BY_KEY_FUNCTION: &str = include_str!("../../vid-db/migrations/2026-12-06-000290_webhook_claim_by_key/up.sql");
 
-/// The lines with which [`FANIN_LEASING_FUNCTION`], [`CLAIM_BY_KEY_FUNCTION`]
+/// The lines with which [`FANIN_AHEAD_FUNCTION`], [`CLAIM_BY_KEY_FUNCTION`]
 /// and `webhook_deliveries_record_successes`
 /// ([`crate::outcome::RECORD_SUCCESSES_FUNCTION`]) plan each call anew
 /// (`force_custom_plan`, for the call) while the statistics of
@@ -419,6 +428,7 @@ mod tests {
             CLAIM_BY_KEY_FUNCTION,
             FANIN_ANSWERED_FUNCTION,
             FANIN_LEASING_FUNCTION,
+            FANIN_AHEAD_FUNCTION,
             RELEASE_EXPIRED_SQL,
         ] {
             assert!(sql.contains(&pending), "{sql}");
@@ -446,9 +456,14 @@ mod tests {
         assert!(!CLAIM_ONE_BODY.contains("pg_try_advisory_xact_lock"), "a second claim body");
         assert!(FANIN_ANSWERED_FUNCTION.contains("CREATE FUNCTION webhook_deliveries_insert_leasing("));
         assert!(FANIN_LEASING_FUNCTION.contains("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing("));
-        for sql in [FANIN_ANSWERED_FUNCTION, FANIN_LEASING_FUNCTION] {
+        for sql in [FANIN_ANSWERED_FUNCTION, FANIN_LEASING_FUNCTION, FANIN_AHEAD_FUNCTION] {
             assert!(!sql.contains("lock_timeout"), "the fan-in waits for a concurrent insert of the same row");
         }
+        // The thirteen-argument fan-in is the sixteen-argument one, not leasing ahead.
+        let wrapper =
+            &FANIN_AHEAD_FUNCTION[FANIN_AHEAD_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        assert!(wrapper.contains("answered_ids, answered_tokens, 0, '{}'::text[], '{}'::bigint[]) c"), "{wrapper}");
+        assert!(!wrapper.contains("pg_try_advisory_xact_lock"), "a second fan-in body");
         // The eleven-argument fan-in is the thirteen-argument one with nothing answered.
         let wrapper = &FANIN_ANSWERED_FUNCTION
             [FANIN_ANSWERED_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
@@ -464,11 +479,23 @@ mod tests {
     /// (`a_fan_out_tests_each_endpoint_not_the_backlog`).
     #[test]
     fn the_fan_ins_due_tests_probe_per_endpoint() {
-        let body = &FANIN_LEASING_FUNCTION
-            [FANIN_LEASING_FUNCTION.find("CREATE OR REPLACE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        let body = &FANIN_AHEAD_FUNCTION[FANIN_AHEAD_FUNCTION.find("CREATE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
         assert!(!body.contains("NOT EXISTS"), "{body}");
         assert_eq!(body.matches("AND b.next_attempt_at <= now()").count(), 2);
         assert_eq!(body.matches("ORDER BY b.next_attempt_at LIMIT 1) IS NULL").count(), 2, "the lock statement's test and the insert's");
+    }
+
+    /// Leasing ahead (000300) tests that the endpoint's every live lease is
+    /// the caller's by reading them in the order of
+    /// `webhook_deliveries_leased`, capped at one more than the caller's
+    /// count (never all of a large backlog), only at full concurrency, in
+    /// both statements; not leasing ahead, the bound applies as before.
+    #[test]
+    fn the_lease_ahead_test_is_capped_and_in_both_statements() {
+        let body = &FANIN_AHEAD_FUNCTION[FANIN_AHEAD_FUNCTION.find("CREATE FUNCTION webhook_deliveries_insert_leasing(").unwrap()..];
+        assert_eq!(body.matches("ORDER BY f.locked_until LIMIT COALESCE(o.n, 0) + 1) s) <= COALESCE(o.n, 0)").count(), 2, "{body}");
+        assert_eq!(body.matches("max_ahead > 0 AND COALESCE(e.concurrency_limit, per_endpoint) >= per_endpoint").count(), 2);
+        assert_eq!(body.matches("LEFT JOIN own o ON o.endpoint_id = ").count(), 2);
     }
 
     /// Every lock the functions take is of [`ENDPOINT_LOCK_CLASS`].
@@ -481,6 +508,7 @@ mod tests {
             (CLAIM_BY_KEY_FUNCTION, 1),
             (FANIN_ANSWERED_FUNCTION, 1),
             (FANIN_LEASING_FUNCTION, 1),
+            (FANIN_AHEAD_FUNCTION, 1),
         ] {
             let calls = sql.matches("pg_try_advisory_xact_lock(").count();
             let ours = sql.matches(&format!("pg_try_advisory_xact_lock({ENDPOINT_LOCK_CLASS}, hashtext(")).count();
@@ -489,7 +517,7 @@ mod tests {
     }
 
     /// The fan-in and the claim in force are planned once a session
-    /// (000270, 000290), except on young statistics, and probe by key so
+    /// (000270, now 000300; 000290), except on young statistics, and probe by key so
     /// that a plan cannot read a whole table or index whatever statistics it
     /// was made with: no `EXECUTE`, both settings and the guard, and no base
     /// table in a join (each read is a scalar or `LATERAL … LIMIT 1`
@@ -498,10 +526,13 @@ mod tests {
     /// `a_claim_after_unseen_growth_reads_by_key`).
     #[test]
     fn the_functions_in_force_are_planned_once_and_probe_by_key() {
-        for (sql, name) in
-            [(FANIN_LEASING_FUNCTION, "webhook_deliveries_insert_leasing("), (CLAIM_BY_KEY_FUNCTION, "webhook_deliveries_claim(")]
-        {
-            let body = &sql[sql.find(&format!("CREATE OR REPLACE FUNCTION {name}")).unwrap()..];
+        for (sql, name) in [
+            (FANIN_AHEAD_FUNCTION, "CREATE FUNCTION webhook_deliveries_insert_leasing("),
+            (CLAIM_BY_KEY_FUNCTION, "CREATE OR REPLACE FUNCTION webhook_deliveries_claim("),
+        ] {
+            let body = &sql[sql.find(name).unwrap()..];
+            // The fan-in's file ends with the thirteen-argument wrapper: its body only.
+            let body = body.find("\nCREATE OR REPLACE FUNCTION").map_or(body, |end| &body[..end]);
             assert!(!body.contains("EXECUTE"), "{body}");
             assert!(
                 body.contains("SET plan_cache_mode = force_generic_plan\nSET enable_seqscan = off\nAS $$\n#variable_conflict use_column\n")

@@ -84,7 +84,7 @@ pub use vid_core::delivery::DeliveryStatus;
 pub use vid_core::endpoint::EndpointStatus;
 
 pub use crate::decision::{decide, AttemptRecord, Decision, HealthRules};
-pub use crate::fanin::{fan_in, fan_in_leasing, FannedIn, LeaseFresh};
+pub use crate::fanin::{fan_in, fan_in_leasing, Ahead, FannedIn, LeaseFresh};
 pub use crate::health::disable;
 pub use crate::lease::{claim, claim_answered, claim_for_send, postpone, release, release_expired, Claimed, ClaimedForSend};
 pub use crate::outcome::{record, record_successes, settle_without_attempt, Recorded};

@@ -39,6 +39,11 @@ pub const MAX_BATCH_SIZE: u32 = 512;
 /// them; anything longer is a misconfiguration.
 pub const MAX_LEASE_MS: u128 = 86_400_000;
 
+/// The largest `dispatcher.lease_ahead` [`Dispatcher::build`] accepts: every
+/// lease held ahead of the bound holds its delivery's payload in memory, and
+/// a crash leaves them all to wait out their leases.
+pub const MAX_LEASE_AHEAD: u32 = 65_536;
+
 /// Milliseconds a lease should have beyond `request_timeout_ms` (which
 /// bounds a whole attempt, connect included) for the time from the claim's
 /// commit to the attempt's start (slots are taken before claiming, so this is
@@ -57,7 +62,8 @@ impl Dispatcher {
     ///
     /// Errors: a malformed `webhooks.secret_key`, `amqp.url` or `database.url`,
     /// an empty retry schedule, a `batch_size` of 0 or above
-    /// [`MAX_BATCH_SIZE`], a `lease_ms` of 0 or above [`MAX_LEASE_MS`], an
+    /// [`MAX_BATCH_SIZE`], a `lease_ms` of 0 or above [`MAX_LEASE_MS`], a
+    /// `lease_ahead` above [`MAX_LEASE_AHEAD`], an
     /// unbindable address. A lease shorter than the request timeout (a whole
     /// attempt's bound) plus [`LEASE_MARGIN_MS`] is logged as a warning
     /// (allowed: tests shorten it on purpose).
@@ -94,6 +100,11 @@ impl Dispatcher {
                  again (a duplicate, still at least once)"
             );
         }
+        anyhow::ensure!(
+            settings.dispatcher.lease_ahead <= MAX_LEASE_AHEAD,
+            "dispatcher.lease_ahead must be 0 to {MAX_LEASE_AHEAD}, not {}",
+            settings.dispatcher.lease_ahead
+        );
         settings.amqp.check()?;
         settings.database.url.expose_secret().parse::<url::Url>().map_err(|e| anyhow::anyhow!("database.url is not a URL: {e}"))?;
         let health = std::net::TcpListener::bind(&settings.dispatcher.health_listen)
@@ -140,9 +151,17 @@ impl Dispatcher {
         let broker_up = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = watch::channel(false);
 
-        let ctx =
-            Arc::new(scheduler::Context { db: db.clone(), sender, sealing_key, settings: settings.dispatcher.clone(), wake: wake.clone() });
         let handoff = scheduler::Handoff::new(&settings.dispatcher);
+        let ctx = Arc::new(scheduler::Context {
+            db: db.clone(),
+            sender,
+            sealing_key,
+            settings: settings.dispatcher.clone(),
+            wake: wake.clone(),
+            lease_ends: handoff.lease_ends(),
+            gates: handoff.gates(),
+            slots: handoff.slots(),
+        });
         let fanin = tokio::spawn(fanin::run(
             db.clone(),
             settings.amqp.clone(),

@@ -11,7 +11,9 @@
 //! deliveries as the scheduler has free slots and the per-endpoint bound
 //! allows ([`store::fanin::fan_in_leasing`]; issue 22, "claim at fan-in"),
 //! and after the commit they go straight to the scheduler
-//! ([`Handoff::hand_over`]) without a claim. Each message's `x-correlation-id` is logged as the
+//! ([`Handoff::hand_over`]) without a claim; where this replica holds every
+//! lease of an endpoint it leases ahead of the bound too (`lease_ahead`:
+//! the leases wait in the scheduler for the endpoint's gate). Each message's `x-correlation-id` is logged as the
 //! `correlation_id` field of its `fan_in` span.
 //! From then on the schedule lives in PostgreSQL, not in the broker: a
 //! RabbitMQ restart loses no pending delivery or scheduled retry.
@@ -188,8 +190,8 @@ async fn handle_batch(
     Ok(())
 }
 
-/// The fan-in's leases: the deliveries with their endpoints, and the reserved slots (at least one each).
-struct Leased(Vec<store::ClaimedForSend>, Vec<tokio::sync::OwnedSemaphorePermit>);
+/// The fan-in's leases: the deliveries with their endpoints, and the reserved places (at least one each).
+struct Leased(Vec<store::ClaimedForSend>, Vec<crate::scheduler::Place>);
 
 impl Leased {
     fn len(&self) -> usize {
@@ -197,13 +199,18 @@ impl Leased {
     }
 }
 
-/// [`fan_in_batch`], leasing what fits into the slots reserved from
+/// [`fan_in_batch`], leasing what fits into the places reserved from
 /// `handoff` once the new deliveries are known
 /// ([`store::fanin::fan_in_leasing`]). Returns how many deliveries were new
-/// and the leased ones with their slots (valid only because the
-/// insert committed).
+/// and the leased ones with their places (valid only because the
+/// insert committed). When leasing ahead of the bound it holds
+/// [`Handoff::lease_ends`] exclusively (before taking a connection, as every
+/// holder of it does) until the insert committed, so no lease of this
+/// process that the insert's count took as its own ends meanwhile.
 async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff: &Handoff) -> anyhow::Result<(usize, Leased)> {
     let ids: Vec<vid_core::EventId> = messages.iter().map(|m| m.event.id.clone()).collect();
+    let ends = handoff.lease_ends();
+    let _ends = if handoff.leases_ahead() { Some(ends.write().await) } else { None };
     let mut conn = db.get().await?;
     let mut permits = Vec::new();
     // Autocommit: the insert and its leases are one statement, committed together.
@@ -212,7 +219,7 @@ async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff:
             return None;
         }
         permits = handoff.reserve(pending);
-        Some(handoff.lease(permits.len()))
+        Some(handoff.lease(&permits))
     })
     .await?;
     permits.truncate(leased.len());

@@ -43,9 +43,15 @@
 //! - `amqp_messages_consumed_total{queue,outcome}`: fan-in messages, `ack|requeue|reject`.
 //! - `webhook_deliveries_leased_total{by}`: deliveries leased for an attempt,
 //!   `by` `fanin` (the fan-in's insert leased them: no claim) or `claim`.
-//!   The fan-in leases only for an endpoint with nothing older due, so in a
-//!   burst that outruns the receivers nearly every delivery waits for a
-//!   claim (BENCHMARKS.md, 2026-12-06 third session).
+//!   The fan-in leases only for an endpoint with nothing older due; leasing
+//!   ahead of the bound (`lease_ahead`) it leases a burst that outruns the
+//!   receivers too, where otherwise nearly every delivery waits for a claim
+//!   (BENCHMARKS.md, 2026-12-06 third and eighth sessions).
+//! - `webhook_deliveries_given_back_total{reason}`: leases given back
+//!   unsent from the endpoint's gate (`scheduler::Gates`), due again at
+//!   once for any replica: `endpoint_failed` (an attempt to the endpoint
+//!   failed while they waited) or `lease_short` (too little of the lease
+//!   left for a whole attempt).
 //! - `webhook_claims_total{result}`: claim statements that returned,
 //!   `leased` or `empty` (nothing claimable within the bounds; the loop's
 //!   wake-ups are not told why, so some are); a failed one is logged, not
@@ -144,9 +150,10 @@
 //! # Throughput
 //!
 //! Per delivery the hot path costs a share of: one fan-in transaction per
-//! batch of messages, one claim transaction per batch of deliveries (plus
-//! one endpoint query), a pooled keep-alive HTTP request, and one recording
-//! statement per batch of successes. See `scripts/bench-dispatch.sh` and
+//! batch of messages (which leases them, ahead of the bound where it may),
+//! one claim transaction per batch of deliveries the fan-in could not lease,
+//! a pooled keep-alive HTTP request, and one recording statement per batch
+//! of successes. See `scripts/bench-dispatch.sh` and
 //! the README for measured figures.
 
 pub mod app;

@@ -123,3 +123,65 @@ async fn two_replicas_never_exceed_an_endpoints_bound() {
     r1.stop().await;
     r2.stop().await;
 }
+
+/// Leasing ahead (`dispatcher.lease_ahead`): one replica, an endpoint whose
+/// bound is 2 and a burst of 40 events. The fan-in leases past the bound
+/// (the table holds more than 2 live leases of the endpoint at once), yet
+/// the receiver never sees more than 2 requests open: the endpoint's gate in
+/// the replica holds the rest back. Each event is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_taken_ahead_of_the_bound_wait_at_the_gate() {
+    let w = World::new(&[
+        ("dispatcher.per_endpoint_concurrency", "2"),
+        ("dispatcher.batch_size", "4"),
+        ("dispatcher.prefetch", "64"),
+        ("dispatcher.max_in_flight", "8"),
+        ("dispatcher.lease_ahead", "64"),
+    ])
+    .await;
+    let rx = Counting::start(Duration::from_millis(20)).await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let n = 40;
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        ids.push(w.publish().await.0);
+    }
+    // Published before the replica starts: its fan-in takes them in batches.
+    let r = w.start_with(w.settings.clone(), no_dns(), None);
+    let most_live = std::sync::atomic::AtomicI64::new(0);
+    eventually(Duration::from_secs(60), "every delivery succeeded", || async {
+        most_live.fetch_max(live_leases(&w, &endpoint).await, Ordering::SeqCst);
+        (w.deliveries(&endpoint).await.iter().filter(|d| d.status == "succeeded").count() == n).then_some(())
+    })
+    .await;
+    let most_live = most_live.load(Ordering::SeqCst);
+    assert!(most_live > 2, "leased ahead of the bound of 2: at most {most_live} live leases seen");
+    let max_open = rx.max_open.load(Ordering::SeqCst);
+    assert_eq!(max_open, 2, "at most (and at some moment exactly) 2 requests open at the receiver, saw {max_open}");
+    let counts = rx.ids.lock().unwrap().clone();
+    for id in &ids {
+        assert_eq!(counts.get(id.as_str()), Some(&1), "event {id} sent once");
+    }
+    assert_eq!(w.attempts(&endpoint).await.len(), n);
+    r.stop().await;
+}
+
+/// The endpoint's live leases (pending, unexpired), as every leasing statement counts them.
+async fn live_leases(w: &World, endpoint: &vid_core::EndpointId) -> i64 {
+    use diesel::sql_types::{BigInt, Text};
+    use vid_db::RunQueryDsl;
+    #[derive(diesel::QueryableByName)]
+    struct Live {
+        #[diesel(sql_type = BigInt)]
+        n: i64,
+    }
+    let mut conn = w.conn().await;
+    let live: Live = diesel::sql_query(
+        "SELECT count(*) AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND status = 'pending' AND locked_until >= now()",
+    )
+    .bind::<Text, _>(endpoint.as_str())
+    .get_result(&mut conn)
+    .await
+    .unwrap();
+    live.n
+}

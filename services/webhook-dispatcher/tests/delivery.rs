@@ -667,7 +667,7 @@ async fn an_endpoint_being_leased_elsewhere_is_skipped_not_waited_for() {
             let ids = vec![event_2.clone()];
             async move {
                 store::fan_in_leasing(conn, &ids, |_| {
-                    Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new() })
+                    Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new(), ahead: None })
                 })
                 .await
             }
@@ -747,7 +747,7 @@ async fn a_leasing_transaction_holds_its_endpoint_locks_until_it_commits() {
         .unwrap();
     let (e1, _) = w.record_event().await;
     let (e2, _) = w.record_event().await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered: Vec::new() });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered: Vec::new(), ahead: None });
     let (mine, theirs) = one
         .transaction::<_, diesel::result::Error, _>(|one| {
             let two = &mut two;
@@ -872,7 +872,7 @@ async fn the_leasing_functions_refuse_a_snapshot_older_than_their_locks() {
     let (first, payload) = w.record_event().await;
     assert_eq!(w.fan_in(&payload).await, 1);
     let mut conn = w.conn().await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new() });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 8, limit: 10, lease_ms: 60_000, answered: Vec::new(), ahead: None });
     let (second, _) = w.record_event().await;
     for level in ["REPEATABLE READ", "SERIALIZABLE"] {
         diesel::sql_query(format!("BEGIN ISOLATION LEVEL {level}")).execute(&mut conn).await.unwrap();
@@ -1071,7 +1071,7 @@ async fn a_fan_in_leaves_out_the_callers_answered_leases_only() {
     let mut conn = w.conn().await;
     let bound = 2;
     let lease_with = |answered: Vec<(DeliveryId, chrono::DateTime<Utc>)>| {
-        move |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered })
+        move |_| Some(store::LeaseFresh { per_endpoint: bound, limit: 10, lease_ms: 60_000, answered, ahead: None })
     };
     let token = |c: &store::Claimed| (c.id.clone(), c.locked_until);
     let (e1, _) = w.record_event().await;
@@ -1134,6 +1134,105 @@ async fn a_fan_in_leaves_out_the_callers_answered_leases_only() {
     let (_, refill) = store::fan_in_leasing(&mut conn, &four, lease_with(not_counted)).await.unwrap();
     assert!(refill.len() == 2 && refill.iter().all(|(c, _)| c.endpoint_id == b), "b has no counted lease: exactly its bound, {refill:?}");
     assert_leased(&w, &b, 3, 6, "the expired one and the two of the refill").await;
+}
+
+/// Leasing ahead of the bound (migration `2026-12-06-000300`): a fan-in
+/// whose caller holds every live lease of an endpoint (by its own count)
+/// leases all its new deliveries there, past the bound; with another
+/// holder's lease (a count one short, or none), a concurrency lowered by a
+/// 429/503 or a throttle it leases within the bound only, so a second
+/// replica never leases past the first's leases. `limit` + `max` caps a
+/// call. Bad arguments are refused before anything is read or inserted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_in_leases_ahead_only_where_every_live_lease_is_the_callers() {
+    use diesel::sql_types::Text;
+    use vid_deliveries as store;
+    let w = World::new(&[]).await;
+    let (a, _) = w.endpoint("http://127.0.0.1:9/a").await;
+    let mut conn = w.conn().await;
+    let ahead = |own: Vec<(EndpointId, i64)>| {
+        move |_| {
+            Some(store::LeaseFresh {
+                per_endpoint: 2,
+                limit: 1,
+                lease_ms: 60_000,
+                answered: Vec::new(),
+                ahead: Some(store::Ahead { max: 10, own }),
+            })
+        }
+    };
+    let events = |n: usize| futures::future::join_all((0..n).map(|_| w.record_event()));
+    let ids = |v: Vec<(vid_core::EventId, String)>| v.into_iter().map(|(e, _)| e).collect::<Vec<_>>();
+
+    // Nobody holds a lease of a: five new deliveries, all leased (bound 2).
+    let five = ids(events(5).await);
+    let (_, first) = store::fan_in_leasing(&mut conn, &five, ahead(Vec::new())).await.unwrap();
+    assert_eq!(first.len(), 5, "leased ahead of a bound of 2");
+    // The caller counts its five: three more, all leased.
+    let three = ids(events(3).await);
+    let (_, more) = store::fan_in_leasing(&mut conn, &three, ahead(vec![(a.clone(), 5)])).await.unwrap();
+    assert_eq!(more.len(), 3);
+    assert_leased(&w, &a, 8, 8, "all eight leased").await;
+
+    // Another replica (its own count 0): eight leases, none its: nothing.
+    let (done, leased) = fan_in_one(&w, &mut conn, ahead(Vec::new())).await;
+    assert!(done.deliveries == 1 && leased.is_empty(), "leased past another's leases: {leased:?}");
+    settle_the_unleased(&w, &a).await;
+    // A count one short of the live leases: one may be another's: within the bound only, so nothing.
+    let (_, leased) = fan_in_one(&w, &mut conn, ahead(vec![(a.clone(), 7)])).await;
+    assert!(leased.is_empty(), "leased ahead with a lease it did not count: {leased:?}");
+    settle_the_unleased(&w, &a).await;
+    // A concurrency lowered by a 429/503, then a throttle: within the bound only, so nothing.
+    for (set, reset) in
+        [("concurrency_limit = 1", "concurrency_limit = NULL"), ("throttled_until = now() + interval '1 minute'", "throttled_until = NULL")]
+    {
+        diesel::sql_query(format!("UPDATE webhook_endpoints SET {set} WHERE id = $1"))
+            .bind::<Text, _>(a.as_str())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let (_, leased) = fan_in_one(&w, &mut conn, ahead(vec![(a.clone(), 8)])).await;
+        assert!(leased.is_empty(), "leased ahead with {set}: {leased:?}");
+        settle_the_unleased(&w, &a).await;
+        diesel::sql_query(format!("UPDATE webhook_endpoints SET {reset} WHERE id = $1"))
+            .bind::<Text, _>(a.as_str())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    // Back at full concurrency with every lease its own: twelve new, eleven leased (limit 1 + max 10).
+    let twelve = ids(events(12).await);
+    let (done, leased) = store::fan_in_leasing(&mut conn, &twelve, ahead(vec![(a.clone(), 8)])).await.unwrap();
+    assert_eq!((done.deliveries, leased.len()), (12, 11), "limit + max caps a call");
+    assert_leased(&w, &a, 19, 24, "8 + 11 leased; 4 settled, 1 left for a claim").await;
+
+    // Endpoint b: another replica holds one of its leases, the caller none.
+    let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;
+    let (e, _) = w.record_event().await;
+    let (_, other) = store::fan_in_leasing(&mut conn, &[e], ahead(Vec::new())).await.unwrap();
+    assert!(other.len() == 1 && other[0].0.endpoint_id == b, "{other:?}");
+    let (_, on_b) = fan_in_one(&w, &mut conn, ahead(Vec::new())).await;
+    let on_b: Vec<_> = on_b.into_iter().filter(|(c, _)| c.endpoint_id == b).collect();
+    assert_eq!(on_b.len(), 1, "within b's bound of 2 only, beside another's lease: {on_b:?}");
+
+    // Bad arguments: refused before anything is read or inserted.
+    let call = |rest: &str| {
+        format!(
+            "SELECT * FROM webhook_deliveries_insert_leasing('{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', 2, 10, 60000, '{{}}', '{{}}', {rest})"
+        )
+    };
+    for rest in [
+        "-1, '{}', '{}'",
+        "NULL, '{}', '{}'",
+        "1, NULL, '{}'",
+        "1, '{}', NULL",
+        "1, ARRAY['x'], '{}'::bigint[]",
+        "1, ARRAY['x'], ARRAY[-1]::bigint[]",
+        "1, ARRAY['x'], ARRAY[NULL]::bigint[]",
+    ] {
+        let e = diesel::sql_query(call(rest)).execute(&mut conn).await.expect_err(rest);
+        assert!(refusal(e).contains("want max_ahead >= 0, own_endpoint_ids and own_counts non-NULL arrays of one length"), "{rest}");
+    }
 }
 
 /// Fans in one new event with `lease`.
@@ -1277,7 +1376,7 @@ async fn a_fan_in_counts_each_endpoints_leases_once() {
     }
     let before = index_reads(&mut conn, "webhook_deliveries_leased").await;
     let (fanned, leased) = store::fan_in_leasing(&mut conn, &ids, |_| {
-        Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new() })
+        Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new(), ahead: None })
     })
     .await
     .unwrap();
@@ -1344,7 +1443,7 @@ async fn fan_out_beside_a_backlog(analysed: bool) -> (i64, i64) {
     quiet.sort();
     let (event, _) = w.record_event().await;
     let before = delivery_reads(&mut conn).await;
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000, answered: Vec::new() });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 4, limit: 256, lease_ms: 60_000, answered: Vec::new(), ahead: None });
     let (fanned, leased) = store::fan_in_leasing(&mut conn, &[event], lease).await.unwrap();
     let after = delivery_reads(&mut conn).await;
     let (read, scanned) = (after.0 - before.0, after.1 - before.1);
@@ -1403,7 +1502,7 @@ async fn fan_in_after_unseen_growth(young: Young) {
     use vid_deliveries as store;
     let (w, batch, mut conn) = young_world(4, young).await;
     let lease = |answered: Vec<(DeliveryId, chrono::DateTime<Utc>)>| {
-        move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered })
+        move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered, ahead: None })
     };
     // Planned here, on empty tables.
     let (e0, _) = w.record_event().await;
@@ -1555,7 +1654,7 @@ async fn recording_after_unseen_growth(young: Young) {
     use vid_deliveries as store;
     let (w, batch, mut conn) = young_world(1, young).await;
     let a = &batch[0];
-    let lease = || move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new() });
+    let lease = || move |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new(), ahead: None });
     let record = |leased: Vec<store::ClaimedForSend>| leased.into_iter().map(|(c, _)| (c, ok_attempt())).collect::<Vec<_>>();
     // Planned here, on empty tables.
     let (_, first) = fan_in_one(&w, &mut conn, lease()).await;
@@ -1610,7 +1709,7 @@ async fn successes_are_recorded_before_the_migration_that_adds_their_function() 
     for _ in 0..3 {
         events.push(w.record_event().await.0);
     }
-    let lease = |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new() });
+    let lease = |_| Some(store::LeaseFresh { per_endpoint: 64, limit: 64, lease_ms: 60_000, answered: Vec::new(), ahead: None });
     let (_, leased) = store::fan_in_leasing(&mut conn, &events, lease).await.unwrap();
     assert_eq!(leased.len(), 3);
     let rows: Vec<_> = leased.into_iter().map(|(c, _)| (c, ok_attempt())).collect();

@@ -20,6 +20,7 @@ pub(crate) struct Config {
     pub(crate) publish_concurrency: usize,
     pub(crate) plan_cache_mode: Option<String>,
     pub(crate) lease_at_fanin: bool,
+    pub(crate) lease_ahead: u32,
     pub(crate) replicas: usize,
 }
 
@@ -36,6 +37,7 @@ impl Config {
             publish_concurrency: env_or("PUBLISH_CONCURRENCY", 256),
             plan_cache_mode: std::env::var("PLAN_CACHE_MODE").ok().filter(|m| !m.is_empty()),
             lease_at_fanin: env_or("LEASE_AT_FANIN", 1u8) != 0,
+            lease_ahead: env_or("LEASE_AHEAD", 4096),
             replicas: env_or("REPLICAS", 1usize).max(1),
         }
     }
@@ -44,8 +46,14 @@ impl Config {
     pub(crate) fn settings(&self, db_url: &str, prefix: &str) -> Settings {
         let Config { per_endpoint, batch, max_in_flight, prefetch, pool, .. } = *self;
         let lease_at_fanin = if self.lease_at_fanin { "true" } else { "false" };
-        let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s) =
-            (per_endpoint.to_string(), batch.to_string(), max_in_flight.to_string(), prefetch.to_string(), pool.to_string());
+        let (per_endpoint_s, batch_s, max_in_flight_s, prefetch_s, pool_s, ahead_s) = (
+            per_endpoint.to_string(),
+            batch.to_string(),
+            max_in_flight.to_string(),
+            prefetch.to_string(),
+            pool.to_string(),
+            self.lease_ahead.to_string(),
+        );
         let overrides: Vec<(&str, &str)> = vec![
             ("database.url", db_url),
             ("amqp.prefix", prefix),
@@ -56,6 +64,7 @@ impl Config {
             ("dispatcher.max_in_flight", &max_in_flight_s),
             ("dispatcher.prefetch", &prefetch_s),
             ("dispatcher.lease_at_fanin", lease_at_fanin),
+            ("dispatcher.lease_ahead", &ahead_s),
         ];
         vid_testkit::settings(&overrides)
     }

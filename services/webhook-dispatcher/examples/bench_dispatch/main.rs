@@ -60,7 +60,8 @@
 //! `PUBLISH_CONCURRENCY` (256); `PLAN_CACHE_MODE` (unset: PostgreSQL's
 //! default `auto`; e.g. `force_custom_plan`, set on the bench's database for
 //! every connection); `LEASE_AT_FANIN` (1; 0 sets `dispatcher.lease_at_fanin`
-//! false: every delivery waits for a claim). The fan-out case (one event to 100 endpoints of one
+//! false: every delivery waits for a claim); `LEASE_AHEAD` (4096;
+//! `dispatcher.lease_ahead`, 0: the fan-in leases within the bound only). The fan-out case (one event to 100 endpoints of one
 //! tenant) is `ENDPOINTS=100 EVENTS=400` (40,000 deliveries a burst);
 //! the local stack must be up (`.local/stack.env`).
 

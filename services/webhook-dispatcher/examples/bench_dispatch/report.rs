@@ -165,13 +165,24 @@ pub(crate) fn report(
     leases: (LeaseCounts, LeaseCounts),
 ) {
     let Config {
-        events, endpoints, per_endpoint, batch, max_in_flight, prefetch, pool, publish_concurrency, lease_at_fanin, replicas, ..
+        events,
+        endpoints,
+        per_endpoint,
+        batch,
+        max_in_flight,
+        prefetch,
+        pool,
+        publish_concurrency,
+        lease_at_fanin,
+        lease_ahead,
+        replicas,
+        ..
     } = *cfg;
     let plan_cache_mode = cfg.plan_cache_mode.as_deref().unwrap_or("auto (default)");
     let ((broker_rate, database_rate, floor_rate), (non_200, not_succeeded), rate) =
         ((ceilings.broker.0, ceilings.database.0, ceilings.floor.0), counts, burst.rate);
     let wrk_rps = wrk.rps;
-    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} replicas={replicas} (test profile otherwise: idle_poll_ms=50)");
+    println!("settings: endpoints={endpoints} per_endpoint_concurrency={per_endpoint} batch_size={batch} max_in_flight={max_in_flight} prefetch={prefetch} database.pool_size={pool} publish_concurrency={publish_concurrency} plan_cache_mode={plan_cache_mode} lease_at_fanin={lease_at_fanin} lease_ahead={lease_ahead} replicas={replicas} (test profile otherwise: idle_poll_ms=50)");
     println!(
         "burst: {events} events × {endpoints} endpoint(s) = {} deliveries in {:.2} s (all published in {:.2} s = {:.0} events/s)",
         burst.deliveries,

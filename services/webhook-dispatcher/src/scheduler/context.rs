@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
-use vid_core::DeliveryId;
+use tokio::sync::{Notify, RwLock, Semaphore};
+use vid_core::{DeliveryId, EndpointId};
 use vid_db::seal::SealingKey;
 
 use crate::attempt::Sender;
@@ -26,12 +26,98 @@ pub struct Context {
     pub settings: DispatcherSettings,
     /// Wakes the scheduler.
     pub wake: Arc<Notify>,
+    /// Held (shared) by every statement that ends one of this process's
+    /// leases (record, settle, postpone, release) from just before its
+    /// lease leaves the lease book's count to after it is forgotten; held
+    /// (exclusively) by a fan-in that leases ahead of the bound, from its
+    /// count of this process's leases to its commit, so that no lease it
+    /// counted ends in between ([`vid_deliveries::Ahead::own`]). From
+    /// [`super::Handoff::lease_ends`].
+    pub lease_ends: Arc<RwLock<()>>,
+    /// This process's own bound per endpoint ([`Gates`]). From [`super::Handoff::gates`].
+    pub gates: Arc<Gates>,
+    /// `max_in_flight`'s slots, for the attempts of leases taken ahead of
+    /// the bound (which hold none until they send). From [`super::Handoff::slots`].
+    pub slots: Arc<Semaphore>,
+}
+
+/// This process's bound on the requests it opens to each endpoint
+/// (`per_endpoint_concurrency`): every attempt passes its endpoint's gate
+/// before sending and leaves it when answered. The database bounds the
+/// leases of all replicas; once the fan-in has leased ahead of the bound
+/// (`dispatcher.lease_ahead`) this process holds more leases than the bound,
+/// and the gate is what keeps its open requests within it. A failed
+/// attempt closes the gate's epoch: the leases still waiting at it are
+/// given back (released, due at once) rather than sent, so a 429/503's
+/// throttle, a lowered concurrency or a disabled endpoint applies to them
+/// through the claim's rules.
+pub struct Gates {
+    per_endpoint: usize,
+    gates: Mutex<HashMap<EndpointId, (Arc<Gate>, usize)>>,
+}
+
+/// One endpoint's gate ([`Gates`]).
+pub struct Gate {
+    /// `per_endpoint_concurrency` permits.
+    pub sem: Arc<Semaphore>,
+    epoch: std::sync::atomic::AtomicU64,
+}
+
+impl Gate {
+    /// Bumped by every failed attempt to the endpoint.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Gates {
+    /// Gates of `per_endpoint` (at least 1) permits each.
+    pub fn new(per_endpoint: u32) -> Gates {
+        Gates { per_endpoint: per_endpoint.max(1) as usize, gates: Mutex::default() }
+    }
+
+    /// The endpoint's gate, counted as in use until [`Gates::leave`].
+    pub fn enter(&self, endpoint: &EndpointId) -> Arc<Gate> {
+        let mut gates = self.gates.lock().unwrap();
+        let entry = gates
+            .entry(endpoint.clone())
+            .or_insert_with(|| (Arc::new(Gate { sem: Arc::new(Semaphore::new(self.per_endpoint)), epoch: Default::default() }), 0));
+        entry.1 += 1;
+        entry.0.clone()
+    }
+
+    /// Ends a use of the endpoint's gate ([`Gates::enter`]); the last one removes it.
+    pub fn leave(&self, endpoint: &EndpointId) {
+        let mut gates = self.gates.lock().unwrap();
+        if let Some(entry) = gates.get_mut(endpoint) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                gates.remove(endpoint);
+            }
+        }
+    }
+
+    /// A failed attempt to `endpoint`: the leases waiting at its gate are given back.
+    pub fn failed(&self, endpoint: &EndpointId) {
+        if let Some(entry) = self.gates.lock().unwrap().get(endpoint) {
+            entry.0.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Endpoints with a gate in use (tests).
+    #[cfg(test)]
+    pub(super) fn in_use(&self) -> usize {
+        self.gates.lock().unwrap().len()
+    }
 }
 
 /// The leases this process holds, and whether it still takes new ones.
 #[derive(Default)]
 pub(super) struct LeaseBook {
+    /// Each held lease's claim token, by delivery.
     pub(super) held: HashMap<DeliveryId, DateTime<Utc>>,
+    /// Each held lease's endpoint, by delivery (kept with `held`).
+    pub(super) endpoint_of: HashMap<DeliveryId, EndpointId>,
     /// The held leases whose attempt succeeded (a 2xx answer: no request of
     /// theirs is open) and whose outcome is not written yet, by claim token:
     /// a claim leaves them out of the per-endpoint bound
@@ -55,7 +141,28 @@ impl LeaseBook {
         }
         if self.held.get(&c.id) == Some(&c.locked_until) {
             self.held.remove(&c.id);
+            self.endpoint_of.remove(&c.id);
         }
+    }
+
+    /// Enters a lease just taken (its statement committed).
+    pub(super) fn took(&mut self, c: &vid_deliveries::Claimed) {
+        self.held.insert(c.id.clone(), c.locked_until);
+        self.endpoint_of.insert(c.id.clone(), c.endpoint_id.clone());
+    }
+
+    /// The held leases per endpoint whose token is after `after` (the
+    /// fan-in's own count: [`vid_deliveries::Ahead::own`]).
+    pub(super) fn own_counts(&self, after: DateTime<Utc>) -> Vec<(EndpointId, i64)> {
+        let mut counts: HashMap<&EndpointId, i64> = HashMap::new();
+        for (id, token) in &self.held {
+            if *token > after {
+                if let Some(e) = self.endpoint_of.get(id) {
+                    *counts.entry(e).or_default() += 1;
+                }
+            }
+        }
+        counts.into_iter().map(|(e, n)| (e.clone(), n)).collect()
     }
 
     /// Notes that the attempt of the lease `c` succeeded (only while the
@@ -101,6 +208,28 @@ mod tests {
     use chrono::Duration;
 
     use super::*;
+
+    /// A gate has `per_endpoint_concurrency` places, lives while in use, and
+    /// a failure moves the epoch of that endpoint's gate only.
+    #[test]
+    fn a_gate_bounds_its_endpoint_and_a_failure_moves_its_epoch() {
+        let gates = Gates::new(2);
+        let (a, b) = (EndpointId::generate(), EndpointId::generate());
+        let (ga, ga2, gb) = (gates.enter(&a), gates.enter(&a), gates.enter(&b));
+        assert!(Arc::ptr_eq(&ga, &ga2), "one gate per endpoint");
+        let (p1, p2) = (ga.sem.clone().try_acquire_owned().unwrap(), ga.sem.clone().try_acquire_owned().unwrap());
+        assert!(ga.sem.clone().try_acquire_owned().is_err(), "two places, not three");
+        drop((p1, p2));
+        let (ea, eb) = (ga.epoch(), gb.epoch());
+        gates.failed(&a);
+        assert_eq!((ga.epoch(), gb.epoch()), (ea + 1, eb));
+        gates.leave(&a);
+        assert_eq!(gates.in_use(), 2, "a still in use once");
+        gates.leave(&a);
+        gates.leave(&b);
+        assert_eq!(gates.in_use(), 0, "unused gates are dropped");
+        gates.failed(&a); // no gate: nothing to do
+    }
 
     /// An answered mark counts only for the very lease it was made for: once
     /// the delivery's lease expired and this process leased it again (a new

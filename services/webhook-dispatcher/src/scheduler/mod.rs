@@ -22,7 +22,12 @@
 //!   attempt twice.
 //! - Per-endpoint concurrency is bounded in the claim itself, so a slow
 //!   endpoint holds at most `per_endpoint_concurrency` slots and never blocks
-//!   anyone else (no head-of-line blocking); `max_in_flight` bounds the process.
+//!   anyone else (no head-of-line blocking); `max_in_flight` bounds the
+//!   process's attempts. The fan-in may lease ahead of that bound
+//!   (`lease_ahead`, [`Handoff::reserve`]) for an endpoint whose every
+//!   lease is this process's; so every attempt also passes its endpoint's
+//!   gate ([`Gates`]), this process's own `per_endpoint_concurrency`, and a
+//!   failed attempt gives back the leases still waiting there.
 //!   The bound is on requests open at the receiver: an attempt that
 //!   succeeded is marked answered in the lease book, and until its outcome
 //!   is recorded the loop's claims leave it out of its endpoint's count
@@ -61,13 +66,24 @@ use vid_deliveries::{self as store, AttemptRecord, Claimed, ClaimedForSend, Deli
 mod context;
 mod record;
 
-pub use context::Context;
 use context::{per_endpoint, Leases};
+pub use context::{Context, Gate, Gates};
 use record::{recorder, to_record, Done};
 
+/// What a lease holds in this process until its outcome is recorded (or it
+/// is given back): a slot of `max_in_flight` taken with the lease (claims,
+/// and the fan-in's leases within the bound), or a place of `lease_ahead`,
+/// whose attempt takes a slot only when it sends.
+pub enum Place {
+    /// A slot of `max_in_flight`.
+    Slot(OwnedSemaphorePermit),
+    /// A place of `lease_ahead`.
+    Ahead(OwnedSemaphorePermit),
+}
+
 /// Leased deliveries with their endpoints (claimed, or leased by the
-/// fan-in in its own insert), with one in-process slot each.
-type Handed = Vec<(ClaimedForSend, OwnedSemaphorePermit)>;
+/// fan-in in its own insert), with one place each.
+type Handed = Vec<(ClaimedForSend, Place)>;
 
 /// The fan-in's way into the scheduler (issue 22, "claim at fan-in"): it
 /// reserves in-process slots ([`Handoff::reserve`]), leases that many of
@@ -76,6 +92,10 @@ type Handed = Vec<(ClaimedForSend, OwnedSemaphorePermit)>;
 /// them over ([`Handoff::hand_over`]), so they are sent without a claim.
 pub struct Handoff {
     slots: Arc<Semaphore>,
+    ahead: Arc<Semaphore>,
+    lease_ahead: bool,
+    lease_ends: Arc<tokio::sync::RwLock<()>>,
+    gates: Arc<Gates>,
     leases: Leases,
     tx: mpsc::UnboundedSender<Handed>,
     rx: Mutex<Option<mpsc::UnboundedReceiver<Handed>>>,
@@ -91,6 +111,10 @@ impl Handoff {
         let (tx, rx) = mpsc::unbounded_channel();
         Arc::new(Handoff {
             slots: Arc::new(Semaphore::new(settings.max_in_flight.max(1) as usize)),
+            ahead: Arc::new(Semaphore::new(settings.lease_ahead as usize)),
+            lease_ahead: settings.lease_at_fanin && settings.lease_ahead > 0,
+            lease_ends: Arc::default(),
+            gates: Arc::new(Gates::new(settings.per_endpoint_concurrency)),
             leases: Arc::default(),
             tx,
             rx: Mutex::new(Some(rx)),
@@ -106,31 +130,73 @@ impl Handoff {
         self.at_fanin
     }
 
-    /// Takes up to `wanted` (at most `batch_size`) free in-process slots,
-    /// none once the scheduler drains. Dropping a permit frees its slot.
-    pub fn reserve(&self, wanted: usize) -> Vec<OwnedSemaphorePermit> {
+    /// Whether the fan-in leases ahead of the bound (`lease_at_fanin` and a
+    /// `lease_ahead` above 0): it must then hold [`Handoff::lease_ends`]
+    /// exclusively from [`Handoff::lease`] to its commit.
+    pub fn leases_ahead(&self) -> bool {
+        self.lease_ahead
+    }
+
+    /// The lock of [`Context::lease_ends`].
+    pub fn lease_ends(&self) -> Arc<tokio::sync::RwLock<()>> {
+        self.lease_ends.clone()
+    }
+
+    /// The per-endpoint gates of [`Context::gates`].
+    pub fn gates(&self) -> Arc<Gates> {
+        self.gates.clone()
+    }
+
+    /// `max_in_flight`'s slots ([`Context::slots`]).
+    pub fn slots(&self) -> Arc<Semaphore> {
+        self.slots.clone()
+    }
+
+    /// Takes places for up to `wanted` leases: free in-process slots (at
+    /// most `batch_size`) and, when leasing ahead, up to `wanted` places of
+    /// `lease_ahead` besides (an endpoint leased ahead of the bound may use
+    /// both; the surplus is dropped once the insert returned); none once the
+    /// scheduler drains. Dropping a place frees it.
+    pub fn reserve(&self, wanted: usize) -> Vec<Place> {
         if self.leases.lock().unwrap().closed {
             return Vec::new();
         }
-        std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).collect()
+        let mut places: Vec<Place> =
+            std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).map(Place::Slot).collect();
+        if self.lease_ahead {
+            // As many again: an endpoint leased ahead may take them all.
+            places.extend(std::iter::from_fn(|| self.ahead.clone().try_acquire_owned().ok()).take(wanted).map(Place::Ahead));
+        }
+        places
     }
 
-    /// What the fan-in leases for `slots` reserved slots: the claim's bound
-    /// and lease, and this process's answered leases, which the bound leaves
-    /// out as the claim's does.
-    pub fn lease(&self, slots: usize) -> store::fanin::LeaseFresh {
+    /// What the fan-in leases for the `places` it reserved: the claim's
+    /// bound and lease, and this process's answered leases, which the bound
+    /// leaves out as the claim's does; when leasing ahead, as many ahead of
+    /// the bound as it has places of `lease_ahead`, and this process's own
+    /// leases per endpoint, counting only those with more than
+    /// [`OWN_LEASE_MARGIN`] left (the caller holds [`Handoff::lease_ends`]
+    /// exclusively, so none of them ends before its statement commits).
+    pub fn lease(&self, places: &[Place]) -> store::fanin::LeaseFresh {
+        let slots = places.iter().filter(|p| matches!(p, Place::Slot(_))).count();
+        let ahead = places.len() - slots;
+        let book = self.leases.lock().unwrap();
         store::fanin::LeaseFresh {
             per_endpoint: self.per_endpoint,
             limit: i32::try_from(slots).unwrap_or(i32::MAX),
             lease_ms: self.lease_ms,
-            answered: self.leases.lock().unwrap().answered_leases(),
+            answered: book.answered_leases(),
+            ahead: (self.lease_ahead && ahead > 0).then(|| store::Ahead {
+                max: i32::try_from(ahead).unwrap_or(i32::MAX),
+                own: book.own_counts(Utc::now() + OWN_LEASE_MARGIN),
+            }),
         }
     }
 
-    /// Hands committed leases to the scheduler, one reserved slot each
-    /// (surplus slots are freed). Returns them if the scheduler is draining
-    /// (the caller releases them: [`store::release`]).
-    pub fn hand_over(&self, claimed: Vec<ClaimedForSend>, permits: Vec<OwnedSemaphorePermit>) -> Result<(), Vec<Claimed>> {
+    /// Hands committed leases to the scheduler, one reserved place each
+    /// (slots first; surplus places are freed). Returns them if the
+    /// scheduler is draining (the caller releases them: [`store::release`]).
+    pub fn hand_over(&self, claimed: Vec<ClaimedForSend>, permits: Vec<Place>) -> Result<(), Vec<Claimed>> {
         if claimed.is_empty() {
             return Ok(());
         }
@@ -139,14 +205,33 @@ impl Handoff {
             return Err(claimed.into_iter().map(|(c, _)| c).collect());
         }
         for (c, _) in &claimed {
-            book.held.insert(c.id.clone(), c.locked_until);
+            book.took(c);
         }
-        debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved slots");
+        debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved places");
         let handed: Handed = claimed.into_iter().zip(permits).collect();
         // The receiver lives as long as the scheduler, which closes the book before it goes.
         let _ = self.tx.send(handed);
         Ok(())
     }
+}
+
+/// A lease counts as this process's own for leasing ahead only while it has
+/// more than this left ([`Handoff::lease`]): it cannot expire between that
+/// count and the fan-in's statement, which holds the endpoint's lock from
+/// its first statement on.
+pub const OWN_LEASE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
+
+/// A lease that waited at its endpoint's gate is sent only if at least this
+/// much of it is left (otherwise it is given back): a whole attempt
+/// (`request_timeout_ms`) and [`crate::app::LEASE_MARGIN_MS`] for recording
+/// its outcome, the margin the lease is checked against at start-up; at
+/// most the lease less a second (or half a lease shorter than two
+/// seconds), so that a lease just taken is sent even where the lease is
+/// shorter than an attempt on purpose (tests).
+fn least_left_to_send(settings: &crate::settings::DispatcherSettings) -> Duration {
+    let lease = settings.lease();
+    let attempt = settings.request_timeout() + Duration::from_millis(crate::app::LEASE_MARGIN_MS as u64);
+    attempt.min(lease.saturating_sub(Duration::from_secs(1)).max(lease / 2))
 }
 
 /// How often expired leases are put back ([`store::release_expired`]): a
@@ -251,11 +336,11 @@ impl Loop {
         {
             let mut l = self.leases.lock().unwrap();
             for (c, _) in &claimed {
-                l.held.insert(c.id.clone(), c.locked_until);
+                l.took(c);
             }
         }
         permits.truncate(claimed.len()); // the slots not needed are free again at once
-        self.start_handed(claimed.into_iter().zip(permits).collect());
+        self.start_handed(claimed.into_iter().zip(permits.into_iter().map(Place::Slot)).collect());
         claimed_all
     }
 
@@ -293,12 +378,14 @@ impl Loop {
         let left: Vec<(DeliveryId, DateTime<Utc>)> = {
             let mut book = leases.lock().unwrap();
             book.answered.clear();
+            book.endpoint_of.clear();
             book.held.drain().collect()
         };
         if left.is_empty() {
             return;
         }
         let released = async {
+            let _ends = ctx.lease_ends.read().await;
             let mut conn = ctx.db.get().await?;
             anyhow::Ok(store::release(&mut conn, &left).await?)
         }
@@ -340,29 +427,32 @@ pub(crate) async fn give_back(db: &vid_db::Pool, claimed: &[Claimed]) -> anyhow:
 /// the delivery; ends when all its attempts have. Aborting it (the drain's
 /// grace is over) aborts its attempts.
 async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSender<Done>, handed: Handed) {
-    let (claimed, permits): (Vec<ClaimedForSend>, Vec<OwnedSemaphorePermit>) = handed.into_iter().unzip();
+    let (claimed, places): (Vec<ClaimedForSend>, Vec<Place>) = handed.into_iter().unzip();
     let batch = targets(&ctx, claimed).await;
     let mut attempts = JoinSet::new();
-    for ((c, target), permit) in batch.into_iter().zip(permits) {
+    for ((c, target), place) in batch.into_iter().zip(places) {
         match target {
             Target::Send(ready) => {
                 let (ctx, done_tx, leases) = (ctx.clone(), done_tx.clone(), leases.clone());
                 attempts.spawn(async move {
-                    let record = attempt(&ctx, &c, &ready).await;
-                    if record.success {
-                        // No request of it is open: the loop's next claim may use its slot.
-                        leases.lock().unwrap().answered(&c);
-                    }
+                    let endpoint = c.endpoint_id.clone();
+                    let gate = ctx.gates.enter(&endpoint);
+                    let sent = send_through(&ctx, &leases, &gate, c, &ready, place).await;
+                    ctx.gates.leave(&endpoint);
+                    // Not sent: given back, or left to the drain's release.
+                    let Some((c, record, place, slot)) = sent else { return };
                     // The recorder outlives every attempt task (see `drain`).
-                    let _ = done_tx.send(Done { claimed: c, record, _permit: permit });
+                    let _ = done_tx.send(Done { claimed: c, record, _permit: (place, slot) });
                 });
             }
             Target::Settle(status) => {
+                let _ends = ctx.lease_ends.read().await;
                 settle(&ctx, &c, status).await;
                 leases.lock().unwrap().forget(&c);
             }
             Target::Broken(e) => {
                 tracing::warn!(error = %e, delivery_id = %c.id, "attempt could not run; postponing");
+                let _ends = ctx.lease_ends.read().await;
                 if let Ok(mut conn) = ctx.db.get().await {
                     let _ = store::postpone(&mut conn, &c, chrono::Duration::seconds(10)).await;
                 }
@@ -371,6 +461,74 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
         }
     }
     while attempts.join_next().await.is_some() {}
+}
+
+/// A lease sent through its gate ([`send_through`]): the attempt's record,
+/// with the lease's place and the slot its attempt took.
+type Sent = (Claimed, AttemptRecord, Place, Option<OwnedSemaphorePermit>);
+
+/// One leased delivery through its endpoint's gate ([`Gates`]): waits for
+/// one of the endpoint's `per_endpoint_concurrency` places in this process,
+/// then sends, unless meanwhile an attempt to the endpoint failed (the
+/// gate's epoch moved: the lease is given back, so the claim's rules, a
+/// throttle among them, decide when it is sent), too little of the lease is
+/// left for a whole attempt (given back), or the scheduler is draining
+/// (left to the drain's release). A lease taken ahead of the bound takes a
+/// slot of `max_in_flight` only now. The gate's place is freed when the
+/// answer is in. `None`: not sent.
+async fn send_through(ctx: &Context, leases: &Leases, gate: &Gate, c: Claimed, ready: &Ready, place: Place) -> Option<Sent> {
+    let epoch = gate.epoch();
+    let open = gate.sem.clone().acquire_owned().await.expect("a gate's semaphore is never closed");
+    if leases.lock().unwrap().closed {
+        return None;
+    }
+    let left = (c.locked_until - Utc::now()).to_std().unwrap_or_default();
+    let reason = if gate.epoch() != epoch {
+        Some("endpoint_failed")
+    } else if left < least_left_to_send(&ctx.settings) {
+        Some("lease_short")
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        drop(open);
+        give_back_one(ctx, leases, &c, reason).await;
+        return None;
+    }
+    let slot = match place {
+        Place::Ahead(_) => Some(ctx.slots.clone().acquire_owned().await.expect("the slots' semaphore is never closed")),
+        Place::Slot(_) => None,
+    };
+    let record = attempt(ctx, &c, ready).await;
+    drop(open);
+    if record.success {
+        // No request of it is open: the loop's next claim may use its slot.
+        leases.lock().unwrap().answered(&c);
+    } else {
+        ctx.gates.failed(&c.endpoint_id);
+    }
+    Some((c, record, place, slot))
+}
+
+/// Gives one lease back unsent ([`store::release`]: due at once, for any
+/// replica), counted in `webhook_deliveries_given_back_total{reason}`; a
+/// failure is logged and the lease left to expire.
+async fn give_back_one(ctx: &Context, leases: &Leases, c: &Claimed, reason: &'static str) {
+    let released = async {
+        let _ends = ctx.lease_ends.read().await;
+        let mut conn = ctx.db.get().await?;
+        let n = store::release(&mut conn, &[(c.id.clone(), c.locked_until)]).await?;
+        leases.lock().unwrap().forget(c);
+        anyhow::Ok(n)
+    }
+    .await;
+    match released {
+        Ok(_) => {
+            counter!("webhook_deliveries_given_back_total", "reason" => reason).increment(1);
+            ctx.wake.notify_one();
+        }
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), delivery_id = %c.id, "giving a lease back failed; it expires on its own"),
+    }
 }
 
 /// What to do with each leased delivery, from the endpoint its leasing
@@ -507,18 +665,75 @@ mod handoff_tests {
     fn the_fan_ins_lease_carries_the_answered_leases() {
         let settings: crate::Settings = vid_testkit::settings(&[]);
         let handoff = Handoff::new(&settings.dispatcher);
-        assert!(handoff.lease(4).answered.is_empty());
+        let places = handoff.reserve(4);
+        assert!(handoff.lease(&places).answered.is_empty());
         let token = chrono::Utc::now();
         let c = context::lease(&vid_core::DeliveryId::generate(), token);
         {
             let mut book = handoff.leases.lock().unwrap();
-            book.held.insert(c.id.clone(), token);
+            book.took(&c);
             book.answered(&c);
         }
-        let lease = handoff.lease(4);
+        let lease = handoff.lease(&places);
         assert_eq!(lease.answered, vec![(c.id.clone(), token)]);
         assert_eq!((lease.limit, lease.per_endpoint), (4, i32::try_from(settings.dispatcher.per_endpoint_concurrency).unwrap()));
+        assert_eq!(lease.ahead.map(|a| a.max), Some(4), "as many ahead places again (lease_ahead is on by default)");
         handoff.leases.lock().unwrap().forget(&c);
-        assert!(handoff.lease(4).answered.is_empty(), "a recorded lease is no longer answered");
+        assert!(handoff.lease(&places).answered.is_empty(), "a recorded lease is no longer answered");
+    }
+
+    /// A lease waiting at its gate needs a whole attempt and the recording
+    /// margin left to be sent (the default lease of 35 s leaves 15 s to
+    /// wait), or, of a lease shortened below that, all but a second.
+    #[test]
+    fn a_lease_needs_an_attempt_and_a_margin_left_to_be_sent() {
+        let settings: crate::Settings = vid_testkit::settings(&[("dispatcher.request_timeout_ms", "15000")]);
+        assert_eq!(least_left_to_send(&settings.dispatcher), Duration::from_secs(20));
+        let short: crate::Settings = vid_testkit::settings(&[("dispatcher.request_timeout_ms", "15000"), ("dispatcher.lease_ms", "2000")]);
+        assert_eq!(least_left_to_send(&short.dispatcher), Duration::from_secs(1));
+        let shorter: crate::Settings =
+            vid_testkit::settings(&[("dispatcher.request_timeout_ms", "15000"), ("dispatcher.lease_ms", "1000")]);
+        assert_eq!(least_left_to_send(&shorter.dispatcher), Duration::from_millis(500));
+    }
+
+    /// Beyond `batch_size` free slots the fan-in reserves places of
+    /// `lease_ahead`, and asks to lease that many ahead of the bound with
+    /// this process's own leases per endpoint, counting only those with
+    /// more than [`OWN_LEASE_MARGIN`] left; without `lease_ahead` it
+    /// reserves slots only.
+    #[test]
+    fn the_fan_in_leases_ahead_with_its_own_live_leases() {
+        let settings: crate::Settings =
+            vid_testkit::settings(&[("dispatcher.batch_size", "8"), ("dispatcher.max_in_flight", "64"), ("dispatcher.lease_ahead", "100")]);
+        let handoff = Handoff::new(&settings.dispatcher);
+        let places = handoff.reserve(500);
+        let slots = places.iter().filter(|p| matches!(p, Place::Slot(_))).count();
+        assert_eq!((slots, places.len()), (8, 108), "batch_size slots, then the lease_ahead places");
+        let endpoint = vid_core::EndpointId::generate();
+        let now = chrono::Utc::now();
+        let mut long = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(30));
+        long.endpoint_id = endpoint.clone();
+        let mut short = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(2));
+        short.endpoint_id = endpoint.clone();
+        {
+            let mut book = handoff.leases.lock().unwrap();
+            book.took(&long);
+            book.took(&short);
+        }
+        let lease = handoff.lease(&places);
+        assert_eq!(lease.limit, 8);
+        let ahead = lease.ahead.expect("leasing ahead");
+        assert_eq!(ahead.max, 100);
+        assert_eq!(ahead.own, vec![(endpoint.clone(), 1)], "the lease with 2 s left is not counted as its own");
+        handoff.leases.lock().unwrap().forget(&long);
+        assert!(handoff.lease(&places).ahead.unwrap().own.is_empty(), "a forgotten lease is no longer its own");
+        drop(places);
+
+        let off: crate::Settings = vid_testkit::settings(&[("dispatcher.batch_size", "8"), ("dispatcher.lease_ahead", "0")]);
+        let handoff = Handoff::new(&off.dispatcher);
+        let places = handoff.reserve(500);
+        assert_eq!(places.len(), 8, "slots only");
+        assert!(places.iter().all(|p| matches!(p, Place::Slot(_))));
+        assert_eq!(handoff.lease(&places).ahead, None);
     }
 }

@@ -33,7 +33,8 @@ const RECORD_BATCH: usize = 512;
 pub(super) struct Done {
     pub(super) claimed: Claimed,
     pub(super) record: AttemptRecord,
-    pub(super) _permit: OwnedSemaphorePermit,
+    /// The lease's place, and the slot its attempt took (a lease taken ahead of the bound).
+    pub(super) _permit: (super::Place, Option<OwnedSemaphorePermit>),
 }
 
 /// Writes finished attempts as the module docs say. Ends when every sender
@@ -55,13 +56,16 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
         for d in failed {
             let (ctx, leases) = (ctx.clone(), leases.clone());
             failures.spawn(async move {
+                let ends = ctx.lease_ends.read().await;
                 record_failure(&ctx, &d.claimed, &d.record).await;
                 leases.lock().unwrap().forget(&d.claimed);
+                drop(ends);
                 drop(d);
                 ctx.wake.notify_one();
             });
         }
         if !ok.is_empty() {
+            let _ends = ctx.lease_ends.read().await;
             record_successes(&ctx, &ok).await;
             let mut l = leases.lock().unwrap();
             for d in &ok {
