@@ -44,14 +44,7 @@ pub const MAX_LEASE_MS: u128 = 86_400_000;
 /// a crash leaves them all to wait out their leases.
 pub const MAX_LEASE_AHEAD: u32 = 65_536;
 
-/// Milliseconds a lease should have beyond `request_timeout_ms` (which
-/// bounds a whole attempt, connect included) for the time from the claim's
-/// commit to the attempt's start (slots are taken before claiming, so this is
-/// short) and from its end to the recorded outcome (a pooled connection and
-/// one statement under normal load; a database slower than that may still
-/// outlast it, and a lost lease then means a duplicate, never a loss). A
-/// shorter lease is allowed and logged as a warning.
-pub const LEASE_MARGIN_MS: u128 = 5_000;
+pub use crate::settings::LEASE_MARGIN_MS;
 
 impl Dispatcher {
     /// Checks the settings and binds `dispatcher.health_listen` (port 0 picks

@@ -10,6 +10,15 @@ use serde::Deserialize;
 use vid_infra::settings::{AmqpSettings, DatabaseSettings, TelemetrySettings};
 use vid_infra::SecretString;
 
+/// Milliseconds a lease should have beyond `request_timeout_ms` (which
+/// bounds a whole attempt, connect included) for the time from the claim's
+/// commit to the attempt's start (slots are taken before claiming, so this is
+/// short) and from its end to the recorded outcome (a pooled connection and
+/// one statement under normal load; a database slower than that may still
+/// outlast it, and a lost lease then means a duplicate, never a loss). A
+/// shorter lease is allowed and logged as a warning.
+pub const LEASE_MARGIN_MS: u128 = 5_000;
+
 /// Everything the dispatcher reads.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Settings {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::{Notify, RwLock, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, RwLock, Semaphore};
 use vid_core::{DeliveryId, EndpointId};
 use vid_db::seal::SealingKey;
 
@@ -39,6 +39,17 @@ pub struct Context {
     /// `max_in_flight`'s slots, for the attempts of leases taken ahead of
     /// the bound (which hold none until they send). From [`super::Handoff::slots`].
     pub slots: Arc<Semaphore>,
+}
+
+/// What a lease holds in this process until its outcome is recorded (or it
+/// is given back): a slot of `max_in_flight` taken with the lease (claims,
+/// and the fan-in's leases within the bound), or a place of `lease_ahead`,
+/// whose attempt takes a slot only when it sends.
+pub enum Place {
+    /// A slot of `max_in_flight`.
+    Slot(OwnedSemaphorePermit),
+    /// A place of `lease_ahead`.
+    Ahead(OwnedSemaphorePermit),
 }
 
 /// This process's bound on the requests it opens to each endpoint

@@ -67,19 +67,8 @@ mod context;
 mod record;
 
 use context::{per_endpoint, Leases};
-pub use context::{Context, Gate, Gates};
+pub use context::{Context, Gate, Gates, Place};
 use record::{recorder, to_record, Done};
-
-/// What a lease holds in this process until its outcome is recorded (or it
-/// is given back): a slot of `max_in_flight` taken with the lease (claims,
-/// and the fan-in's leases within the bound), or a place of `lease_ahead`,
-/// whose attempt takes a slot only when it sends.
-pub enum Place {
-    /// A slot of `max_in_flight`.
-    Slot(OwnedSemaphorePermit),
-    /// A place of `lease_ahead`.
-    Ahead(OwnedSemaphorePermit),
-}
 
 /// Leased deliveries with their endpoints (claimed, or leased by the
 /// fan-in in its own insert), with one place each.
@@ -223,14 +212,14 @@ pub const OWN_LEASE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
 
 /// A lease that waited at its endpoint's gate is sent only if at least this
 /// much of it is left (otherwise it is given back): a whole attempt
-/// (`request_timeout_ms`) and [`crate::app::LEASE_MARGIN_MS`] for recording
+/// (`request_timeout_ms`) and [`crate::settings::LEASE_MARGIN_MS`] for recording
 /// its outcome, the margin the lease is checked against at start-up; at
 /// most the lease less a second (or half a lease shorter than two
 /// seconds), so that a lease just taken is sent even where the lease is
 /// shorter than an attempt on purpose (tests).
 fn least_left_to_send(settings: &crate::settings::DispatcherSettings) -> Duration {
     let lease = settings.lease();
-    let attempt = settings.request_timeout() + Duration::from_millis(crate::app::LEASE_MARGIN_MS as u64);
+    let attempt = settings.request_timeout() + Duration::from_millis(crate::settings::LEASE_MARGIN_MS as u64);
     attempt.min(lease.saturating_sub(Duration::from_secs(1)).max(lease / 2))
 }
 

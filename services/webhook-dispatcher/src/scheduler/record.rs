@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use vid_infra::metrics::counter;
 
-use super::context::{per_endpoint, Context, Leases};
+use super::context::{per_endpoint, Context, Leases, Place};
 use crate::attempt::Outcome;
 use crate::retry;
 use crate::settings::DispatcherSettings;
@@ -34,7 +34,7 @@ pub(super) struct Done {
     pub(super) claimed: Claimed,
     pub(super) record: AttemptRecord,
     /// The lease's place, and the slot its attempt took (a lease taken ahead of the bound).
-    pub(super) _permit: (super::Place, Option<OwnedSemaphorePermit>),
+    pub(super) _permit: (Place, Option<OwnedSemaphorePermit>),
 }
 
 /// Writes finished attempts as the module docs say. Ends when every sender
