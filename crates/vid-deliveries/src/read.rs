@@ -11,7 +11,7 @@ use vid_db::RunQueryDsl;
 use crate::{DeliveryStatus, EndpointStatus};
 
 /// What the attempt needs to know about the endpoint.
-#[derive(Debug, Clone, Queryable, Selectable)]
+#[derive(Debug, Clone, PartialEq, Eq, Queryable, Selectable)]
 #[diesel(table_name = ep)]
 pub struct EndpointForSend {
     /// `ep_…`

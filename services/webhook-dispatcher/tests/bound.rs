@@ -185,3 +185,103 @@ async fn live_leases(w: &World, endpoint: &vid_core::EndpointId) -> i64 {
     .unwrap();
     live.n
 }
+
+/// A receiver that counts the requests that arrive and answers `200` only
+/// as the test lets it ([`Gated::release`]).
+struct Gated {
+    addr: SocketAddr,
+    arrived: Arc<AtomicUsize>,
+    answer: Arc<tokio::sync::Semaphore>,
+}
+
+impl Gated {
+    async fn start() -> Gated {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (arrived, answer) = (Arc::new(AtomicUsize::new(0)), Arc::new(tokio::sync::Semaphore::new(0)));
+        let (a, s) = (arrived.clone(), answer.clone());
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (a, s) = (a.clone(), s.clone());
+                tokio::spawn(async move {
+                    let service = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+                        let (a, s) = (a.clone(), s.clone());
+                        async move {
+                            a.fetch_add(1, Ordering::SeqCst);
+                            s.acquire().await.unwrap().forget();
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                });
+            }
+        });
+        Gated { addr, arrived, answer }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.addr)
+    }
+
+    fn release(&self, n: usize) {
+        self.answer.add_permits(n);
+    }
+}
+
+/// A lease taken ahead of the bound that has waited at its endpoint's gate
+/// is sent only if the endpoint is still as the lease read it: an endpoint
+/// paused (as disabling does it) while nine leases waited behind its one
+/// open request gets none of them; they are given back, and only the
+/// request already open was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_waiting_at_the_gate_are_not_sent_to_an_endpoint_paused_meanwhile() {
+    let w = World::new(&[
+        ("dispatcher.per_endpoint_concurrency", "1"),
+        ("dispatcher.batch_size", "4"),
+        ("dispatcher.prefetch", "64"),
+        ("dispatcher.max_in_flight", "8"),
+        ("dispatcher.lease_ahead", "64"),
+    ])
+    .await;
+    let rx = Gated::start().await;
+    let (endpoint, _) = w.endpoint(&rx.url()).await;
+    let n = 10;
+    for _ in 0..n {
+        w.publish().await;
+    }
+    let r = w.start_with(w.settings.clone(), no_dns(), None);
+    eventually(Duration::from_secs(30), "all ten leased, one of them open at the receiver", || async {
+        (live_leases(&w, &endpoint).await == n as i64 && rx.arrived.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+    pause(&w, &endpoint).await;
+    // The waiting leases must be older than the gate's recheck interval (1 s)
+    // when they pass it: that age, not an event, is what this waits for.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    rx.release(n);
+    eventually(Duration::from_secs(30), "the nine waiting leases given back", || async {
+        let held = w.deliveries(&endpoint).await.iter().filter(|d| d.locked_until.is_some()).count();
+        (held <= 1).then_some(())
+    })
+    .await;
+    assert_eq!(rx.arrived.load(Ordering::SeqCst), 1, "only the request open before the pause reached the receiver");
+    r.stop().await;
+}
+
+/// Disables the endpoint and pauses its pending deliveries, leased ones too,
+/// as `vid_deliveries::disable` does.
+async fn pause(w: &World, endpoint: &vid_core::EndpointId) {
+    use diesel::sql_types::Text;
+    use vid_db::RunQueryDsl;
+    let mut conn = w.conn().await;
+    diesel::sql_query("UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'test', disabled_at = now() WHERE id = $1")
+        .bind::<Text, _>(endpoint.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    diesel::sql_query("UPDATE webhook_deliveries SET status = 'paused' WHERE endpoint_id = $1 AND status = 'pending'")
+        .bind::<Text, _>(endpoint.as_str())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}

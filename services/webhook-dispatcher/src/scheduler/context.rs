@@ -72,9 +72,21 @@ pub struct Gate {
     /// `per_endpoint_concurrency` permits.
     pub sem: Arc<Semaphore>,
     epoch: std::sync::atomic::AtomicU64,
+    /// When the endpoint was last read again and found as leased.
+    verified: Mutex<Option<std::time::Instant>>,
 }
 
 impl Gate {
+    /// Whether the endpoint was read again and found as leased within `within`.
+    pub fn verified_within(&self, within: std::time::Duration) -> bool {
+        self.verified.lock().unwrap().is_some_and(|t| t.elapsed() < within)
+    }
+
+    /// Notes that the endpoint was just read again and found as leased.
+    pub fn verified(&self) {
+        *self.verified.lock().unwrap() = Some(std::time::Instant::now());
+    }
+
     /// Bumped by every failed attempt to the endpoint.
     pub fn epoch(&self) -> u64 {
         self.epoch.load(std::sync::atomic::Ordering::SeqCst)
@@ -90,9 +102,9 @@ impl Gates {
     /// The endpoint's gate, counted as in use until [`Gates::leave`].
     pub fn enter(&self, endpoint: &EndpointId) -> Arc<Gate> {
         let mut gates = self.gates.lock().unwrap();
-        let entry = gates
-            .entry(endpoint.clone())
-            .or_insert_with(|| (Arc::new(Gate { sem: Arc::new(Semaphore::new(self.per_endpoint)), epoch: Default::default() }), 0));
+        let entry = gates.entry(endpoint.clone()).or_insert_with(|| {
+            (Arc::new(Gate { sem: Arc::new(Semaphore::new(self.per_endpoint)), epoch: Default::default(), verified: Mutex::default() }), 0)
+        });
         entry.1 += 1;
         entry.0.clone()
     }

@@ -233,6 +233,8 @@ struct Ready {
     url: String,
     scheme: Scheme,
     secrets: Vec<Secret>,
+    /// The endpoint as read with the lease, to tell whether it changed since.
+    from: EndpointForSend,
 }
 
 /// What to do with a claimed delivery of this endpoint.
@@ -463,7 +465,8 @@ type Sent = (Claimed, AttemptRecord, Place, Option<OwnedSemaphorePermit>);
 /// throttle among them, decide when it is sent), too little of the lease is
 /// left for a whole attempt (given back), or the scheduler is draining
 /// (left to the drain's release). A lease taken ahead of the bound takes a
-/// slot of `max_in_flight` only now. The gate's place is freed when the
+/// slot of `max_in_flight` only now. A lease that waited is sent only if its
+/// endpoint is still as its lease read it ([`still_as_leased`]). The gate's place is freed when the
 /// answer is in. `None`: not sent.
 async fn send_through(ctx: &Context, leases: &Leases, gate: &Gate, c: Claimed, ready: &Ready, place: Place) -> Option<Sent> {
     let epoch = gate.epoch();
@@ -478,6 +481,10 @@ async fn send_through(ctx: &Context, leases: &Leases, gate: &Gate, c: Claimed, r
         Some("lease_short")
     } else {
         None
+    };
+    let reason = match reason {
+        None => still_as_leased(ctx, gate, &c, ready).await.err(),
+        some => some,
     };
     if let Some(reason) = reason {
         drop(open);
@@ -498,6 +505,39 @@ async fn send_through(ctx: &Context, leases: &Leases, gate: &Gate, c: Claimed, r
     }
     Some((c, record, place, slot))
 }
+
+/// A lease older than [`ENDPOINT_RECHECK`] is sent only if its endpoint,
+/// read again (at most once per [`ENDPOINT_RECHECK`] per gate: then the
+/// gate's other leases rely on that read), is exactly as the leasing
+/// statement read it: enabled, not deleted, same URL, format and secrets.
+/// Otherwise (or if it cannot be read) it is given back, and the claim's
+/// rules decide: a paused endpoint is not sent to, a changed one is read
+/// afresh. A lease just taken is sent as read, as before leasing ahead.
+async fn still_as_leased(ctx: &Context, gate: &Gate, c: &Claimed, ready: &Ready) -> Result<(), &'static str> {
+    let lease = chrono::Duration::from_std(ctx.settings.lease()).unwrap_or(chrono::Duration::MAX);
+    let age = Utc::now() - (c.locked_until - lease);
+    if age.to_std().unwrap_or_default() < ENDPOINT_RECHECK || gate.verified_within(ENDPOINT_RECHECK) {
+        return Ok(());
+    }
+    let fresh = async {
+        let mut conn = ctx.db.get().await?;
+        anyhow::Ok(store::load_endpoints(&mut conn, std::slice::from_ref(&c.endpoint_id)).await?)
+    }
+    .await;
+    match fresh {
+        Ok(fresh) if fresh.first() == Some(&ready.from) => {
+            gate.verified();
+            Ok(())
+        }
+        _ => Err("endpoint_changed"),
+    }
+}
+
+/// How old a lease may be before its endpoint is read again at the gate
+/// ([`still_as_leased`]): a lease leased ahead of the bound may wait there,
+/// and a pause, a deletion or a new URL or secret must reach it about as
+/// soon as it reaches a claim.
+const ENDPOINT_RECHECK: Duration = Duration::from_secs(1);
 
 /// Gives one lease back unsent ([`store::release`]: due at once, for any
 /// replica), counted in `webhook_deliveries_given_back_total{reason}`; a
@@ -605,7 +645,7 @@ fn ready(key: &SealingKey, e: &EndpointForSend) -> anyhow::Result<Ready> {
         SignatureFormat::WebhookSignature => Scheme::WebhookSignature,
         SignatureFormat::StandardWebhooks => Scheme::StandardWebhooks,
     };
-    Ok(Ready { url: e.url.clone(), scheme, secrets })
+    Ok(Ready { url: e.url.clone(), scheme, secrets, from: e.clone() })
 }
 
 /// Ends a claim without an attempt ([`store::settle_without_attempt`]); a
