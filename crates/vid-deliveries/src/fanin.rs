@@ -130,15 +130,17 @@ pub struct LeaseFresh {
 /// unthrottled, at its full concurrency (`concurrency_limit` not lowered by
 /// a 429/503), with nothing older due, and whose live leases number no more
 /// than the caller's count of its own, gets all its new pending deliveries
-/// leased (at most [`LeaseFresh::limit`] + `max` in all; `limit` alone still
-/// bounds those leased within the bound), whatever `per_endpoint`: the caller
+/// leased (at most `max` in all; [`LeaseFresh::limit`] still bounds those
+/// leased within the bound, and the endpoints locked), whatever
+/// `per_endpoint`: the caller
 /// then holds more leases than the bound and must itself open at most
 /// `per_endpoint` requests to that endpoint. No other replica leases for it
 /// meanwhile (its leasing statements count these leases), so the bound on
 /// open requests stays exact across replicas.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ahead {
-    /// Leased beyond `limit` in all, at most (0: no leasing ahead).
+    /// At most this many leased in all, ahead of the bound or within it (0:
+    /// no leasing ahead, and [`LeaseFresh::limit`] alone caps the call).
     pub max: i32,
     /// The caller's live leases per endpoint (an endpoint not listed: none).
     /// A count must never exceed the caller's live leases of that endpoint

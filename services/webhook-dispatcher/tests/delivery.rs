@@ -1141,8 +1141,8 @@ async fn a_fan_in_leaves_out_the_callers_answered_leases_only() {
 /// leases all its new deliveries there, past the bound; with another
 /// holder's lease (a count one short, or none), a concurrency lowered by a
 /// 429/503 or a throttle it leases within the bound only, so a second
-/// replica never leases past the first's leases. `limit` + `max` caps a
-/// call. Bad arguments are refused before anything is read or inserted.
+/// replica never leases past the first's leases. `max` caps a call, and
+/// `limit` what is leased within the bound. Bad arguments are refused before anything is read or inserted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fan_in_leases_ahead_only_where_every_live_lease_is_the_callers() {
     use diesel::sql_types::Text;
@@ -1154,7 +1154,7 @@ async fn a_fan_in_leases_ahead_only_where_every_live_lease_is_the_callers() {
         move |_| {
             Some(store::LeaseFresh {
                 per_endpoint: 2,
-                limit: 1,
+                limit: 4,
                 lease_ms: 60_000,
                 answered: Vec::new(),
                 ahead: Some(store::Ahead { max: 10, own }),
@@ -1200,11 +1200,11 @@ async fn a_fan_in_leases_ahead_only_where_every_live_lease_is_the_callers() {
             .await
             .unwrap();
     }
-    // Back at full concurrency with every lease its own: twelve new, eleven leased (limit 1 + max 10).
+    // Back at full concurrency with every lease its own: twelve new, ten leased (max 10).
     let twelve = ids(events(12).await);
     let (done, leased) = store::fan_in_leasing(&mut conn, &twelve, ahead(vec![(a.clone(), 8)])).await.unwrap();
-    assert_eq!((done.deliveries, leased.len()), (12, 11), "limit + max caps a call");
-    assert_leased(&w, &a, 19, 24, "8 + 11 leased; 4 settled, 1 left for a claim").await;
+    assert_eq!((done.deliveries, leased.len()), (12, 10), "max caps a call");
+    assert_leased(&w, &a, 18, 24, "8 + 10 leased; 4 settled, 2 left for a claim").await;
 
     // Endpoint b: another replica holds one of its leases, the caller none.
     let (b, _) = w.endpoint("http://127.0.0.1:9/b").await;

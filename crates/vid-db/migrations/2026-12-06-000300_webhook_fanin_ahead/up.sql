@@ -12,17 +12,17 @@
 --
 -- webhook_deliveries_insert_leasing gains three arguments:
 --   max_ahead bigint: 0 is 000270's insert exactly; above 0, leasing ahead,
---     with at most max_leases + max_ahead leased in all (max_leases still
---     bounds the leases for endpoints leased within the bound, and the
---     endpoints locked, at least one);
+--     with at most max_ahead leased in all (max_leases still bounds the
+--     leases for endpoints leased within the bound, and the endpoints
+--     locked, at least one);
 --   own_endpoint_ids text[], own_counts bigint[]: the caller's live leases
 --     per endpoint, as the caller knows them (an endpoint not listed: 0).
 -- With max_ahead above 0, an endpoint of the new deliveries that is unthrottled,
 -- at its full concurrency (concurrency_limit NULL or >= per_endpoint: not
 -- slowed down by a 429/503), with nothing older due, and whose live leases
 -- (pending, locked_until >= now()) number no more than the caller's count
--- of its own, has all its new pending deliveries leased (up to
--- max_leases + max_ahead in all), whatever the bound; any other endpoint gets 000270's rule.
+-- of its own, has all its new pending deliveries leased (up to max_ahead
+-- in all), whatever the bound; any other endpoint gets 000270's rule.
 -- The count is read under the endpoint's advisory lock (as every leasing
 -- statement's), so no other replica can lease that endpoint in between.
 --
@@ -198,8 +198,8 @@ BEGIN
     free AS (
         SELECT h.id AS endpoint_id, a.ahead,
                CASE WHEN a.ahead
-                    -- No other holder: max_leases + max_ahead bound it.
-                    THEN max_leases + max_ahead
+                    -- No other holder: max_ahead bounds it.
+                    THEN max_ahead
                     ELSE
                LEAST(per_endpoint, COALESCE(e.concurrency_limit, per_endpoint)) - (
                    -- In the order of webhook_deliveries_leased (endpoint_id, locked_until),
@@ -242,10 +242,11 @@ BEGIN
         FROM input i LEFT JOIN free f ON f.endpoint_id = i.endpoint_id
     ),
     chosen AS (
-        -- At most max_leases + max_ahead in all, and of the endpoints leased
-        -- within the bound at most max_leases.
+        -- Leasing ahead: at most max_ahead in all, of them at most max_leases
+        -- for endpoints leased within the bound; otherwise at most max_leases.
         SELECT r.*, (r.fits
-                     AND count(*) FILTER (WHERE r.fits) OVER (ORDER BY r.ord) <= max_leases + max_ahead
+                     AND count(*) FILTER (WHERE r.fits) OVER (ORDER BY r.ord)
+                         <= CASE WHEN max_ahead > 0 THEN max_ahead ELSE max_leases END
                      AND (r.ahead OR count(*) FILTER (WHERE r.fits AND NOT r.ahead) OVER (ORDER BY r.ord) <= max_leases)) AS leased
         FROM ranked r
     )

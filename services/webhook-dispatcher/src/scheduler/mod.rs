@@ -141,44 +141,40 @@ impl Handoff {
         self.slots.clone()
     }
 
-    /// Takes places for up to `wanted` leases: free in-process slots (at
-    /// most `batch_size`) and, when leasing ahead, up to `wanted` places of
-    /// `lease_ahead` besides (an endpoint leased ahead of the bound may use
-    /// both; the surplus is dropped once the insert returned); none once the
-    /// scheduler drains. Dropping a place frees it.
+    /// Takes places for up to `wanted` leases, none once the scheduler
+    /// drains: when leasing ahead, places of `lease_ahead` only (each takes
+    /// a slot of `max_in_flight` when its attempt sends, so a lease waiting
+    /// at its endpoint's gate never holds a slot another endpoint's claim
+    /// could use); otherwise free in-process slots, at most `batch_size`.
+    /// Dropping a place frees it.
     pub fn reserve(&self, wanted: usize) -> Vec<Place> {
         if self.leases.lock().unwrap().closed {
             return Vec::new();
         }
-        let mut places: Vec<Place> =
-            std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).map(Place::Slot).collect();
         if self.lease_ahead {
-            // As many again: an endpoint leased ahead may take them all.
-            places.extend(std::iter::from_fn(|| self.ahead.clone().try_acquire_owned().ok()).take(wanted).map(Place::Ahead));
+            return std::iter::from_fn(|| self.ahead.clone().try_acquire_owned().ok()).take(wanted).map(Place::Ahead).collect();
         }
-        places
+        std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok()).take(wanted.min(self.batch)).map(Place::Slot).collect()
     }
 
     /// What the fan-in leases for the `places` it reserved: the claim's
     /// bound and lease, and this process's answered leases, which the bound
-    /// leaves out as the claim's does; when leasing ahead, as many ahead of
-    /// the bound as it has places of `lease_ahead`, and this process's own
-    /// leases per endpoint, counting only those with more than
-    /// [`OWN_LEASE_MARGIN`] left (the caller holds [`Handoff::lease_ends`]
-    /// exclusively, so none of them ends before its statement commits).
+    /// leaves out as the claim's does; at most `batch_size` within the bound
+    /// (each takes an endpoint lock); when leasing ahead, at most one a
+    /// place in all, with this process's own leases per endpoint, counting
+    /// only those with more than [`OWN_LEASE_MARGIN`] left (the caller holds
+    /// [`Handoff::lease_ends`] exclusively, so none of them ends before its
+    /// statement commits).
     pub fn lease(&self, places: &[Place]) -> store::fanin::LeaseFresh {
-        let slots = places.iter().filter(|p| matches!(p, Place::Slot(_))).count();
-        let ahead = places.len() - slots;
+        let n = places.len();
         let book = self.leases.lock().unwrap();
         store::fanin::LeaseFresh {
             per_endpoint: self.per_endpoint,
-            limit: i32::try_from(slots).unwrap_or(i32::MAX),
+            limit: i32::try_from(n.min(self.batch)).unwrap_or(i32::MAX),
             lease_ms: self.lease_ms,
             answered: book.answered_leases(),
-            ahead: (self.lease_ahead && ahead > 0).then(|| store::Ahead {
-                max: i32::try_from(ahead).unwrap_or(i32::MAX),
-                own: book.own_counts(Utc::now() + OWN_LEASE_MARGIN),
-            }),
+            ahead: (self.lease_ahead && n > 0)
+                .then(|| store::Ahead { max: i32::try_from(n).unwrap_or(i32::MAX), own: book.own_counts(Utc::now() + OWN_LEASE_MARGIN) }),
         }
     }
 
@@ -706,7 +702,7 @@ mod handoff_tests {
         let lease = handoff.lease(&places);
         assert_eq!(lease.answered, vec![(c.id.clone(), token)]);
         assert_eq!((lease.limit, lease.per_endpoint), (4, i32::try_from(settings.dispatcher.per_endpoint_concurrency).unwrap()));
-        assert_eq!(lease.ahead.map(|a| a.max), Some(4), "as many ahead places again (lease_ahead is on by default)");
+        assert_eq!(lease.ahead.map(|a| a.max), Some(4), "four places of lease_ahead (on by default)");
         handoff.leases.lock().unwrap().forget(&c);
         assert!(handoff.lease(&places).answered.is_empty(), "a recorded lease is no longer answered");
     }
@@ -725,19 +721,19 @@ mod handoff_tests {
         assert_eq!(least_left_to_send(&shorter.dispatcher), Duration::from_millis(500));
     }
 
-    /// Beyond `batch_size` free slots the fan-in reserves places of
-    /// `lease_ahead`, and asks to lease that many ahead of the bound with
-    /// this process's own leases per endpoint, counting only those with
-    /// more than [`OWN_LEASE_MARGIN`] left; without `lease_ahead` it
-    /// reserves slots only.
+    /// Leasing ahead, the fan-in reserves places of `lease_ahead` only (no
+    /// slot), asks for at most one lease a place, `batch_size` of them
+    /// within the bound, with this process's own leases per endpoint,
+    /// counting only those with more than [`OWN_LEASE_MARGIN`] left; without
+    /// `lease_ahead` it reserves slots only, `batch_size` at most.
     #[test]
     fn the_fan_in_leases_ahead_with_its_own_live_leases() {
         let settings: crate::Settings =
             vid_testkit::settings(&[("dispatcher.batch_size", "8"), ("dispatcher.max_in_flight", "64"), ("dispatcher.lease_ahead", "100")]);
         let handoff = Handoff::new(&settings.dispatcher);
         let places = handoff.reserve(500);
-        let slots = places.iter().filter(|p| matches!(p, Place::Slot(_))).count();
-        assert_eq!((slots, places.len()), (8, 108), "batch_size slots, then the lease_ahead places");
+        assert_eq!(places.len(), 100, "the lease_ahead places");
+        assert!(places.iter().all(|p| matches!(p, Place::Ahead(_))), "no slot: a lease waiting at a gate holds none");
         let endpoint = vid_core::EndpointId::generate();
         let now = chrono::Utc::now();
         let mut long = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(30));
@@ -750,9 +746,9 @@ mod handoff_tests {
             book.took(&short);
         }
         let lease = handoff.lease(&places);
-        assert_eq!(lease.limit, 8);
+        assert_eq!(lease.limit, 8, "batch_size within the bound");
         let ahead = lease.ahead.expect("leasing ahead");
-        assert_eq!(ahead.max, 100);
+        assert_eq!(ahead.max, 100, "one a place in all");
         assert_eq!(ahead.own, vec![(endpoint.clone(), 1)], "the lease with 2 s left is not counted as its own");
         handoff.leases.lock().unwrap().forget(&long);
         assert!(handoff.lease(&places).ahead.unwrap().own.is_empty(), "a forgotten lease is no longer its own");
