@@ -166,7 +166,7 @@ async fn handle_batch(
         Ok((inserted, leased)) => {
             let leased_n = leased.len();
             counter!("webhook_deliveries_leased_total", "by" => "fanin").increment(leased_n as u64);
-            if let Err(back) = handoff.hand_over(leased.0, leased.1) {
+            if let Err(back) = handoff.hand_over(leased.0, leased.1, leased.2) {
                 release(db, &back).await;
             }
             if inserted > leased_n {
@@ -190,8 +190,10 @@ async fn handle_batch(
     Ok(())
 }
 
-/// The fan-in's leases: the deliveries with their endpoints, and the reserved places (at least one each).
-struct Leased(Vec<store::ClaimedForSend>, Vec<crate::scheduler::Place>);
+/// The fan-in's leases: the deliveries with their endpoints, the reserved
+/// places (at least one each), and an `Instant` taken before the leasing
+/// statement was sent ([`Handoff::hand_over`]).
+struct Leased(Vec<store::ClaimedForSend>, Vec<crate::scheduler::Place>, std::time::Instant);
 
 impl Leased {
     fn len(&self) -> usize {
@@ -213,6 +215,7 @@ async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff:
     let _ends = if handoff.leases_ahead() { Some(ends.write().await) } else { None };
     let mut conn = db.get().await?;
     let mut permits = Vec::new();
+    let sent_at = std::time::Instant::now();
     // Autocommit: the insert and its leases are one statement, committed together.
     let (done, leased) = store::fanin::fan_in_leasing(&mut conn, &ids, |pending| {
         if !handoff.leases_at_fanin() {
@@ -223,7 +226,7 @@ async fn fan_in_leasing(db: &vid_db::Pool, messages: &[EventPublished], handoff:
     })
     .await?;
     permits.truncate(leased.len());
-    Ok((done.deliveries, Leased(leased, permits)))
+    Ok((done.deliveries, Leased(leased, permits, sent_at)))
 }
 
 /// Gives back leases the scheduler could not take (it is draining).

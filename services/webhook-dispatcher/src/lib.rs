@@ -50,7 +50,9 @@
 //! - `webhook_deliveries_given_back_total{reason}`: leases given back
 //!   unsent from the endpoint's gate (`scheduler::Gates`), due again at
 //!   once for any replica: `endpoint_failed` (an attempt to the endpoint
-//!   failed while they waited), `endpoint_changed` (a lease older than a
+//!   answered 429/503 or 410, or failed with no retry left, and was not yet
+//!   recorded, or was recorded after the lease was taken),
+//!   `endpoint_changed` (a lease older than a
 //!   second found its endpoint paused, deleted or with a new URL, format
 //!   or secret when read again) or `lease_short` (too little of the lease
 //!   left for a whole attempt).

@@ -128,17 +128,19 @@ pub struct DispatcherSettings {
     /// false: every delivery waits for a claim.
     #[serde(default = "default_lease_at_fanin")]
     pub lease_at_fanin: bool,
-    /// How many deliveries the fan-in may lease beyond the per-endpoint
-    /// bound and hold in this process until their endpoint has a free slot,
-    /// 0 to 65,536 (`app::MAX_LEASE_AHEAD`). It leases ahead only for an
-    /// endpoint no other replica holds a lease of, unthrottled and at its
-    /// full concurrency, so a burst that outruns a receiver is inserted
-    /// leased rather than unleased and leased again by a claim (issue 22);
-    /// this process then opens at most `per_endpoint_concurrency` requests
-    /// to it, and other replicas lease nothing there until this one holds
-    /// fewer leases than the bound. A crash leaves these deliveries to wait
-    /// out their lease (`lease_ms`) before another replica sends them. 0:
-    /// the fan-in leases within the bound only. Only with `lease_at_fanin`.
+    /// How many leases the fan-in may hold, 0 to 65,536
+    /// (`app::MAX_LEASE_AHEAD`): each waits in this process for its
+    /// endpoint's gate (`per_endpoint_concurrency` requests open at once from
+    /// this process) and then for a slot of `max_in_flight`, and keeps its
+    /// place until its outcome is recorded. With these places the fan-in
+    /// also leases beyond the per-endpoint bound, for an endpoint no other
+    /// replica holds a lease of, unthrottled and at its full concurrency, so
+    /// a burst that outruns a receiver is inserted leased rather than
+    /// unleased and leased again by a claim (issue 22); other replicas lease
+    /// nothing there until this one holds fewer leases than the bound. A
+    /// crash leaves these deliveries to wait out their lease (`lease_ms`)
+    /// before another replica sends them. 0: the fan-in leases within the
+    /// bound only, into `max_in_flight`'s slots. Only with `lease_at_fanin`.
     /// Default 4096.
     #[serde(default = "default_lease_ahead")]
     pub lease_ahead: u32,

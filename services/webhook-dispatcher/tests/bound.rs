@@ -285,3 +285,68 @@ async fn pause(w: &World, endpoint: &vid_core::EndpointId) {
         .await
         .unwrap();
 }
+
+/// Leases taken ahead of the bound wait at their endpoint's gate and then
+/// for a slot of `max_in_flight`; only then is it decided whether each may
+/// still be sent (issue 22 review). Replica A has one slot and leases ahead
+/// three deliveries for each of four endpoints whose bound is 2; its
+/// receivers hold each request 2 s, so most of A's leases run short while
+/// they wait, are given back, and replica B (eight slots) claims them. No
+/// endpoint ever has more than 2 requests open, and no event is sent twice:
+/// a lease too short for a whole attempt by the time it has a slot is not
+/// sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ran_short_waiting_for_a_slot_is_given_back_not_sent() {
+    let w = World::new(&[
+        ("dispatcher.per_endpoint_concurrency", "2"),
+        ("dispatcher.batch_size", "8"),
+        ("dispatcher.prefetch", "64"),
+        ("dispatcher.max_in_flight", "1"),
+        ("dispatcher.lease_ahead", "64"),
+        ("dispatcher.lease_ms", "9000"),
+        ("dispatcher.request_timeout_ms", "2500"),
+    ])
+    .await;
+    let mut rxs = Vec::new();
+    let mut eps = Vec::new();
+    for _ in 0..4 {
+        let rx = Counting::start(Duration::from_millis(2000)).await;
+        eps.push(w.endpoint(&rx.url()).await.0);
+        rxs.push(rx);
+    }
+    let n = 3;
+    for _ in 0..n {
+        w.publish().await;
+    }
+    let a = w.start_with(w.settings.clone(), no_dns(), None);
+    eventually(Duration::from_secs(20), "every delivery fanned in and leased by A", || async {
+        let mut leased = 0;
+        for e in &eps {
+            leased += live_leases(&w, e).await;
+        }
+        (leased == (n * 4) as i64).then_some(())
+    })
+    .await;
+    let mut b_settings = w.settings.clone();
+    b_settings.dispatcher.max_in_flight = 8;
+    let b = w.start_with(b_settings, no_dns(), None);
+    eventually(Duration::from_secs(120), "every delivery succeeded", || async {
+        let mut ok = 0;
+        for e in &eps {
+            ok += w.deliveries(e).await.iter().filter(|d| d.status == "succeeded").count();
+        }
+        (ok == n * 4).then_some(())
+    })
+    .await;
+    // Stopping waits for every attempt in flight: whatever either replica
+    // would still send is sent (or given back) before the counts are read.
+    a.stop().await;
+    b.stop().await;
+    for rx in &rxs {
+        let max_open = rx.max_open.load(Ordering::SeqCst);
+        assert!(max_open <= 2, "bound 2 exceeded: {max_open} open at once");
+        let counts = rx.ids.lock().unwrap().clone();
+        assert_eq!(counts.len(), n, "each endpoint got every event");
+        assert!(counts.values().all(|c| *c == 1), "an event sent twice: {counts:?}");
+    }
+}

@@ -1229,6 +1229,7 @@ async fn a_fan_in_leases_ahead_only_where_every_live_lease_is_the_callers() {
         "1, ARRAY['x'], '{}'::bigint[]",
         "1, ARRAY['x'], ARRAY[-1]::bigint[]",
         "1, ARRAY['x'], ARRAY[NULL]::bigint[]",
+        "1, ARRAY['x'], ARRAY[9223372036854775807]::bigint[]",
     ] {
         let e = diesel::sql_query(call(rest)).execute(&mut conn).await.expect_err(rest);
         assert!(refusal(e).contains("want max_ahead >= 0, own_endpoint_ids and own_counts non-NULL arrays of one length"), "{rest}");

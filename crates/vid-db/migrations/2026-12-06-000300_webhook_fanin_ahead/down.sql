@@ -1,6 +1,8 @@
 -- Back to 2026-12-06-000270: the sixteen-argument fan-in insert dropped,
 -- the thirteen-argument one's body (static PL/pgSQL, planned once a session)
--- restored as it was.
+-- restored as it was. Roll the dispatchers back first: one of the release
+-- that added 000300 fails every fan-in without the sixteen-argument
+-- function.
 
 DROP FUNCTION webhook_deliveries_insert_leasing(text[], text[], text[], text[], text[], text[], text[], timestamptz[],
     bigint, bigint, bigint, text[], timestamptz[], bigint, text[], bigint[]);

@@ -37,8 +37,17 @@
 -- scheduler). Its count may be low (a lease it holds but does not list is
 -- counted as another holder's: then it only leases within the bound), never
 -- high: the dispatcher counts a lease only from the leasing statement's
--- return until just before the statement that ends it (record, release,
--- postpone) is sent, and only while its lease has more than a second left.
+-- return until just before the statement that ends it (record, settle,
+-- release, postpone) is sent, holding a lock that keeps those statements
+-- from running between its count and its commit, and only while more than
+-- five seconds are left of the lease by a deadline of its own clock taken
+-- before the leasing statement was sent (never later than locked_until,
+-- whatever the two clocks say).
+--
+-- Rolling back: roll the dispatchers back first (the previous release calls
+-- the thirteen-argument function, which down.sql keeps); a dispatcher of
+-- this release against the rolled-back database fails every fan-in (the
+-- sixteen-argument function is gone) and leaves the messages queued.
 --
 -- The thirteen-argument function becomes a SQL function calling this one
 -- with max_ahead 0 (one body to maintain), as the eleven-argument one
@@ -88,8 +97,8 @@ BEGIN
     END IF;
     IF max_ahead IS NULL OR max_ahead < 0 OR own_endpoint_ids IS NULL OR own_counts IS NULL
        OR cardinality(own_endpoint_ids) <> cardinality(own_counts)
-       OR EXISTS (SELECT 1 FROM unnest(own_counts) AS c(n) WHERE c.n IS NULL OR c.n < 0) THEN
-        RAISE EXCEPTION 'webhook_deliveries_insert_leasing(max_ahead %): want max_ahead >= 0, own_endpoint_ids and own_counts non-NULL arrays of one length (% and %), each count >= 0',
+       OR EXISTS (SELECT 1 FROM unnest(own_counts) AS c(n) WHERE c.n IS NULL OR c.n < 0 OR c.n > 2147483647) THEN
+        RAISE EXCEPTION 'webhook_deliveries_insert_leasing(max_ahead %): want max_ahead >= 0, own_endpoint_ids and own_counts non-NULL arrays of one length (% and %), each count 0 to 2147483647',
             max_ahead, cardinality(own_endpoint_ids), cardinality(own_counts) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF answered_ids IS NULL OR answered_tokens IS NULL

@@ -53,25 +53,75 @@ pub enum Place {
 }
 
 /// This process's bound on the requests it opens to each endpoint
-/// (`per_endpoint_concurrency`): every attempt passes its endpoint's gate
-/// before sending and leaves it when answered. The database bounds the
+/// (`per_endpoint_concurrency`) for the leases the fan-in took with places
+/// of `lease_ahead`: each passes its endpoint's gate before sending, and
+/// frees its place there when answered 2xx, or, having failed, once its
+/// outcome is recorded (as the database counts it). The database bounds the
 /// leases of all replicas; once the fan-in has leased ahead of the bound
-/// (`dispatcher.lease_ahead`) this process holds more leases than the bound,
-/// and the gate is what keeps its open requests within it. A failed
-/// attempt closes the gate's epoch: the leases still waiting at it are
-/// given back (released, due at once) rather than sent, so a 429/503's
-/// throttle, a lowered concurrency or a disabled endpoint applies to them
-/// through the claim's rules.
+/// this process holds more leases than the bound, and the gate is what
+/// keeps its open requests within it (claimed leases are within the bound
+/// and pass no gate). An attempt (claimed or not) that throttles or may
+/// disable the endpoint blocks its gate until its outcome is recorded, and
+/// afterwards the gate gives back every lease taken before that record
+/// (released, due at once) instead of sending it, so a 429/503's throttle,
+/// a lowered concurrency or a disabled endpoint applies to them through the
+/// claim's rules ([`Gate::passes`]).
 pub struct Gates {
     per_endpoint: usize,
     gates: Mutex<HashMap<EndpointId, (Arc<Gate>, usize)>>,
+}
+
+/// A use of an endpoint's gate ([`Gates::enter`]): derefs to the gate, and
+/// ends the use when dropped (the gate lives while in use).
+pub struct GateUse {
+    gate: Arc<Gate>,
+    gates: Arc<Gates>,
+    endpoint: EndpointId,
+}
+
+impl std::ops::Deref for GateUse {
+    type Target = Gate;
+    fn deref(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+impl Drop for GateUse {
+    fn drop(&mut self) {
+        self.gates.leave(&self.endpoint);
+    }
+}
+
+/// A failed attempt's hold on its endpoint's gate until its outcome is
+/// recorded: the gate's place (a lease the fan-in took: the place counts as
+/// the database counts the lease, until recorded), and whether the attempt
+/// blocks the gate ([`Gate::block`]). The recorder calls [`GateHold::recorded`].
+pub struct GateHold {
+    /// The gate, in use while held.
+    pub gate: GateUse,
+    /// The gate's place, if the attempt had one.
+    pub place: Option<OwnedSemaphorePermit>,
+    /// Whether the attempt blocked the gate.
+    pub blocks: bool,
+}
+
+impl GateHold {
+    /// The attempt's outcome is recorded: the place is freed and the block lifted.
+    pub fn recorded(self) {
+        if self.blocks {
+            self.gate.recorded();
+        }
+    }
 }
 
 /// One endpoint's gate ([`Gates`]).
 pub struct Gate {
     /// `per_endpoint_concurrency` permits.
     pub sem: Arc<Semaphore>,
-    epoch: std::sync::atomic::AtomicU64,
+    /// Attempts that throttled the endpoint or may have disabled it, not yet recorded.
+    blocking: std::sync::atomic::AtomicUsize,
+    /// When the last of them was recorded.
+    cleared: Mutex<Option<std::time::Instant>>,
     /// When the endpoint was last read again and found as leased.
     verified: Mutex<Option<std::time::Instant>>,
 }
@@ -87,9 +137,25 @@ impl Gate {
         *self.verified.lock().unwrap() = Some(std::time::Instant::now());
     }
 
-    /// Bumped by every failed attempt to the endpoint.
-    pub fn epoch(&self) -> u64 {
-        self.epoch.load(std::sync::atomic::Ordering::SeqCst)
+    /// Whether a lease whose leasing statement was sent at `taken` may be
+    /// sent: no attempt that throttled the endpoint or may have disabled it
+    /// awaits its record, and none was recorded after `taken` (a lease taken
+    /// later was taken knowing it: the leasing statements skip a throttled
+    /// endpoint and lease within a lowered concurrency only).
+    pub fn passes(&self, taken: std::time::Instant) -> bool {
+        self.blocking.load(std::sync::atomic::Ordering::SeqCst) == 0 && self.cleared.lock().unwrap().is_none_or(|t| t < taken)
+    }
+
+    /// An attempt throttled the endpoint or may have disabled it: blocks
+    /// the gate until [`Gate::recorded`].
+    pub fn block(&self) {
+        self.blocking.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The outcome of an attempt that blocked the gate ([`Gate::block`]) is recorded.
+    pub fn recorded(&self) {
+        *self.cleared.lock().unwrap() = Some(std::time::Instant::now());
+        self.blocking.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -99,31 +165,36 @@ impl Gates {
         Gates { per_endpoint: per_endpoint.max(1) as usize, gates: Mutex::default() }
     }
 
+    /// The endpoint's gate, in use until the returned guard is dropped
+    /// (also when its task is aborted).
+    pub fn enter(self: &Arc<Self>, endpoint: &EndpointId) -> GateUse {
+        GateUse { gate: self.open(endpoint), gates: self.clone(), endpoint: endpoint.clone() }
+    }
+
     /// The endpoint's gate, counted as in use until [`Gates::leave`].
-    pub fn enter(&self, endpoint: &EndpointId) -> Arc<Gate> {
+    fn open(&self, endpoint: &EndpointId) -> Arc<Gate> {
         let mut gates = self.gates.lock().unwrap();
         let entry = gates.entry(endpoint.clone()).or_insert_with(|| {
-            (Arc::new(Gate { sem: Arc::new(Semaphore::new(self.per_endpoint)), epoch: Default::default(), verified: Mutex::default() }), 0)
+            let gate = Gate {
+                sem: Arc::new(Semaphore::new(self.per_endpoint)),
+                blocking: Default::default(),
+                cleared: Mutex::default(),
+                verified: Mutex::default(),
+            };
+            (Arc::new(gate), 0)
         });
         entry.1 += 1;
         entry.0.clone()
     }
 
-    /// Ends a use of the endpoint's gate ([`Gates::enter`]); the last one removes it.
-    pub fn leave(&self, endpoint: &EndpointId) {
+    /// Ends a use of the endpoint's gate ([`Gates::open`]); the last one removes it.
+    fn leave(&self, endpoint: &EndpointId) {
         let mut gates = self.gates.lock().unwrap();
         if let Some(entry) = gates.get_mut(endpoint) {
             entry.1 -= 1;
             if entry.1 == 0 {
                 gates.remove(endpoint);
             }
-        }
-    }
-
-    /// A failed attempt to `endpoint`: the leases waiting at its gate are given back.
-    pub fn failed(&self, endpoint: &EndpointId) {
-        if let Some(entry) = self.gates.lock().unwrap().get(endpoint) {
-            entry.0.epoch.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }
 
@@ -139,8 +210,11 @@ impl Gates {
 pub(super) struct LeaseBook {
     /// Each held lease's claim token, by delivery.
     pub(super) held: HashMap<DeliveryId, DateTime<Utc>>,
-    /// Each held lease's endpoint, by delivery (kept with `held`).
-    pub(super) endpoint_of: HashMap<DeliveryId, EndpointId>,
+    /// Each held lease's endpoint and local deadline, by delivery (kept with
+    /// `held`): the deadline is an `Instant` taken before its leasing
+    /// statement was sent, plus the lease, so it never falls after the
+    /// database's `locked_until` whatever the two clocks say.
+    pub(super) meta: HashMap<DeliveryId, (EndpointId, std::time::Instant)>,
     /// The held leases whose attempt succeeded (a 2xx answer: no request of
     /// theirs is open) and whose outcome is not written yet, by claim token:
     /// a claim leaves them out of the per-endpoint bound
@@ -164,25 +238,33 @@ impl LeaseBook {
         }
         if self.held.get(&c.id) == Some(&c.locked_until) {
             self.held.remove(&c.id);
-            self.endpoint_of.remove(&c.id);
+            self.meta.remove(&c.id);
         }
     }
 
-    /// Enters a lease just taken (its statement committed).
-    pub(super) fn took(&mut self, c: &vid_deliveries::Claimed) {
+    /// Enters a lease just taken (its statement committed) with its local
+    /// `deadline` ([`LeaseBook::meta`]).
+    pub(super) fn took(&mut self, c: &vid_deliveries::Claimed, deadline: std::time::Instant) {
         self.held.insert(c.id.clone(), c.locked_until);
-        self.endpoint_of.insert(c.id.clone(), c.endpoint_id.clone());
+        self.meta.insert(c.id.clone(), (c.endpoint_id.clone(), deadline));
     }
 
-    /// The held leases per endpoint whose token is after `after` (the
-    /// fan-in's own count: [`vid_deliveries::Ahead::own`]).
-    pub(super) fn own_counts(&self, after: DateTime<Utc>) -> Vec<(EndpointId, i64)> {
+    /// The local deadline of the lease `c` holds, while the book still has
+    /// that very lease.
+    pub(super) fn deadline(&self, c: &vid_deliveries::Claimed) -> Option<std::time::Instant> {
+        if self.held.get(&c.id) != Some(&c.locked_until) {
+            return None;
+        }
+        self.meta.get(&c.id).map(|(_, d)| *d)
+    }
+
+    /// The held leases per endpoint whose local deadline is after `after`
+    /// (the fan-in's own count: [`vid_deliveries::Ahead::own`]).
+    pub(super) fn own_counts(&self, after: std::time::Instant) -> Vec<(EndpointId, i64)> {
         let mut counts: HashMap<&EndpointId, i64> = HashMap::new();
-        for (id, token) in &self.held {
-            if *token > after {
-                if let Some(e) = self.endpoint_of.get(id) {
-                    *counts.entry(e).or_default() += 1;
-                }
+        for (e, deadline) in self.meta.values() {
+            if *deadline > after {
+                *counts.entry(e).or_default() += 1;
             }
         }
         counts.into_iter().map(|(e, n)| (e.clone(), n)).collect()
@@ -232,26 +314,33 @@ mod tests {
 
     use super::*;
 
-    /// A gate has `per_endpoint_concurrency` places, lives while in use, and
-    /// a failure moves the epoch of that endpoint's gate only.
+    /// A gate has `per_endpoint_concurrency` places and lives while in use;
+    /// an attempt that blocks it keeps every lease from passing until it is
+    /// recorded, and afterwards the leases taken before that record; the
+    /// other endpoint's gate is not affected.
     #[test]
-    fn a_gate_bounds_its_endpoint_and_a_failure_moves_its_epoch() {
-        let gates = Gates::new(2);
+    fn a_gate_bounds_its_endpoint_and_a_throttle_blocks_it_until_recorded() {
+        let gates = Arc::new(Gates::new(2));
         let (a, b) = (EndpointId::generate(), EndpointId::generate());
         let (ga, ga2, gb) = (gates.enter(&a), gates.enter(&a), gates.enter(&b));
-        assert!(Arc::ptr_eq(&ga, &ga2), "one gate per endpoint");
+        assert!(Arc::ptr_eq(&ga.gate, &ga2.gate), "one gate per endpoint");
         let (p1, p2) = (ga.sem.clone().try_acquire_owned().unwrap(), ga.sem.clone().try_acquire_owned().unwrap());
         assert!(ga.sem.clone().try_acquire_owned().is_err(), "two places, not three");
         drop((p1, p2));
-        let (ea, eb) = (ga.epoch(), gb.epoch());
-        gates.failed(&a);
-        assert_eq!((ga.epoch(), gb.epoch()), (ea + 1, eb));
-        gates.leave(&a);
+        let before = std::time::Instant::now();
+        assert!(ga.passes(before));
+        ga.block();
+        let during = std::time::Instant::now();
+        assert!(!ga.passes(before) && !ga.passes(during), "blocked until recorded");
+        assert!(gb.passes(before), "another endpoint's gate");
+        ga.recorded();
+        let after = std::time::Instant::now();
+        assert!(!ga.passes(during), "a lease taken before the record");
+        assert!(ga.passes(after), "a lease taken after it");
+        drop(ga);
         assert_eq!(gates.in_use(), 2, "a still in use once");
-        gates.leave(&a);
-        gates.leave(&b);
+        drop((ga2, gb));
         assert_eq!(gates.in_use(), 0, "unused gates are dropped");
-        gates.failed(&a); // no gate: nothing to do
     }
 
     /// An answered mark counts only for the very lease it was made for: once

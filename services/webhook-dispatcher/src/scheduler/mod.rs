@@ -25,9 +25,12 @@
 //!   anyone else (no head-of-line blocking); `max_in_flight` bounds the
 //!   process's attempts. The fan-in may lease ahead of that bound
 //!   (`lease_ahead`, [`Handoff::reserve`]) for an endpoint whose every
-//!   lease is this process's; so every attempt also passes its endpoint's
-//!   gate ([`Gates`]), this process's own `per_endpoint_concurrency`, and a
-//!   failed attempt gives back the leases still waiting there.
+//!   lease is this process's; so its leases pass their endpoint's gate
+//!   ([`Gates`], this process's own `per_endpoint_concurrency`) before they
+//!   take a slot, and after a 429/503, a 410 or a delivery out of retries
+//!   the leases taken before its record are given back there
+//!   ([`send_through`]). Claimed leases are within the bound already and
+//!   never wait at a gate.
 //!   The bound is on requests open at the receiver: an attempt that
 //!   succeeded is marked answered in the lease book, and until its outcome
 //!   is recorded the loop's claims leave it out of its endpoint's count
@@ -67,7 +70,7 @@ mod context;
 mod record;
 
 use context::{per_endpoint, Leases};
-pub use context::{Context, Gate, Gates, Place};
+pub use context::{Context, Gate, GateHold, GateUse, Gates, Place};
 use record::{recorder, to_record, Done};
 
 /// Leased deliveries with their endpoints (claimed, or leased by the
@@ -91,6 +94,7 @@ pub struct Handoff {
     per_endpoint: i32,
     batch: usize,
     lease_ms: i64,
+    lease: Duration,
     at_fanin: bool,
 }
 
@@ -110,6 +114,7 @@ impl Handoff {
             per_endpoint: i32::try_from(settings.per_endpoint_concurrency.max(1)).unwrap_or(i32::MAX),
             batch: settings.batch_size.max(1) as usize,
             lease_ms: i64::try_from(settings.lease().as_millis()).unwrap_or(i64::MAX),
+            lease: settings.lease(),
             at_fanin: settings.lease_at_fanin,
         })
     }
@@ -173,15 +178,19 @@ impl Handoff {
             limit: i32::try_from(n.min(self.batch)).unwrap_or(i32::MAX),
             lease_ms: self.lease_ms,
             answered: book.answered_leases(),
-            ahead: (self.lease_ahead && n > 0)
-                .then(|| store::Ahead { max: i32::try_from(n).unwrap_or(i32::MAX), own: book.own_counts(Utc::now() + OWN_LEASE_MARGIN) }),
+            ahead: (self.lease_ahead && n > 0).then(|| store::Ahead {
+                max: i32::try_from(n).unwrap_or(i32::MAX),
+                own: book.own_counts(std::time::Instant::now() + OWN_LEASE_MARGIN),
+            }),
         }
     }
 
     /// Hands committed leases to the scheduler, one reserved place each
-    /// (slots first; surplus places are freed). Returns them if the
-    /// scheduler is draining (the caller releases them: [`store::release`]).
-    pub fn hand_over(&self, claimed: Vec<ClaimedForSend>, permits: Vec<Place>) -> Result<(), Vec<Claimed>> {
+    /// (surplus places are freed); `sent_at`: an `Instant` taken before
+    /// their leasing statement was sent (their local deadline is it plus the
+    /// lease). Returns them if the scheduler is draining (the caller
+    /// releases them: [`store::release`]).
+    pub fn hand_over(&self, claimed: Vec<ClaimedForSend>, permits: Vec<Place>, sent_at: std::time::Instant) -> Result<(), Vec<Claimed>> {
         if claimed.is_empty() {
             return Ok(());
         }
@@ -189,8 +198,9 @@ impl Handoff {
         if book.closed {
             return Err(claimed.into_iter().map(|(c, _)| c).collect());
         }
+        let deadline = sent_at + self.lease;
         for (c, _) in &claimed {
-            book.took(c);
+            book.took(c, deadline);
         }
         debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved places");
         let handed: Handed = claimed.into_iter().zip(permits).collect();
@@ -200,11 +210,11 @@ impl Handoff {
     }
 }
 
-/// A lease counts as this process's own for leasing ahead only while it has
-/// more than this left ([`Handoff::lease`]): it cannot expire between that
-/// count and the fan-in's statement, which holds the endpoint's lock from
-/// its first statement on.
-pub const OWN_LEASE_MARGIN: chrono::Duration = chrono::Duration::seconds(5);
+/// A lease counts as this process's own for leasing ahead only while its
+/// local deadline is more than this away ([`Handoff::lease`]): it cannot
+/// expire between that count and the fan-in's statement, which holds the
+/// endpoint's lock from its first statement on.
+pub const OWN_LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// A lease that waited at its endpoint's gate is sent only if at least this
 /// much of it is left (otherwise it is given back): a whole attempt
@@ -305,6 +315,7 @@ impl Loop {
         // This process's attempts that are over but not yet recorded hold no
         // request open: the bound leaves them out.
         let answered = self.leases.lock().unwrap().answered_leases();
+        let sent_at = std::time::Instant::now();
         let claimed = async {
             let mut conn = self.ctx.db.get().await?;
             let limit = i32::try_from(free).unwrap_or(i32::MAX);
@@ -322,8 +333,9 @@ impl Loop {
         counter!("webhook_deliveries_leased_total", "by" => "claim").increment(claimed.len() as u64);
         {
             let mut l = self.leases.lock().unwrap();
+            let deadline = sent_at + self.ctx.settings.lease();
             for (c, _) in &claimed {
-                l.took(c);
+                l.took(c, deadline);
             }
         }
         permits.truncate(claimed.len()); // the slots not needed are free again at once
@@ -365,7 +377,7 @@ impl Loop {
         let left: Vec<(DeliveryId, DateTime<Utc>)> = {
             let mut book = leases.lock().unwrap();
             book.answered.clear();
-            book.endpoint_of.clear();
+            book.meta.clear();
             book.held.drain().collect()
         };
         if left.is_empty() {
@@ -422,14 +434,28 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
             Target::Send(ready) => {
                 let (ctx, done_tx, leases) = (ctx.clone(), done_tx.clone(), leases.clone());
                 attempts.spawn(async move {
-                    let endpoint = c.endpoint_id.clone();
-                    let gate = ctx.gates.enter(&endpoint);
-                    let sent = send_through(&ctx, &leases, &gate, c, &ready, place).await;
-                    ctx.gates.leave(&endpoint);
+                    let sent = match place {
+                        // Claimed within the bound: sent at once, as the bound allows.
+                        Place::Slot(_) => {
+                            let record = attempt(&ctx, &c, &ready).await;
+                            if record.success {
+                                // No request of it is open: the loop's next claim may use its slot.
+                                leases.lock().unwrap().answered(&c);
+                            }
+                            // Leases the fan-in took for this endpoint may be waiting at its gate.
+                            let hold = blocks_gate(&record).then(|| {
+                                let gate = ctx.gates.enter(&c.endpoint_id);
+                                gate.block();
+                                GateHold { gate, place: None, blocks: true }
+                            });
+                            Some((c, record, place, None, hold))
+                        }
+                        Place::Ahead(_) => send_through(&ctx, &leases, c, &ready, place).await,
+                    };
                     // Not sent: given back, or left to the drain's release.
-                    let Some((c, record, place, slot)) = sent else { return };
+                    let Some((c, record, place, slot, gate)) = sent else { return };
                     // The recorder outlives every attempt task (see `drain`).
-                    let _ = done_tx.send(Done { claimed: c, record, _permit: (place, slot) });
+                    let _ = done_tx.send(Done { claimed: c, record, _permit: (place, slot), gate });
                 });
             }
             Target::Settle(status) => {
@@ -450,56 +476,77 @@ async fn run_batch(ctx: Arc<Context>, leases: Leases, done_tx: mpsc::UnboundedSe
     while attempts.join_next().await.is_some() {}
 }
 
-/// A lease sent through its gate ([`send_through`]): the attempt's record,
-/// with the lease's place and the slot its attempt took.
-type Sent = (Claimed, AttemptRecord, Place, Option<OwnedSemaphorePermit>);
+/// A lease sent ([`send_through`] or at once): the attempt's record, with
+/// the lease's place, the slot its attempt took, and a failed attempt's hold
+/// on its endpoint's gate.
+type Sent = (Claimed, AttemptRecord, Place, Option<OwnedSemaphorePermit>, Option<GateHold>);
 
-/// One leased delivery through its endpoint's gate ([`Gates`]): waits for
+/// Whether a failed attempt blocks its endpoint's gate until recorded
+/// ([`Gate::block`]): a 429/503 throttles the endpoint, a 410 or a
+/// delivery out of retries may disable it.
+fn blocks_gate(record: &AttemptRecord) -> bool {
+    !record.success && (record.throttles() || record.gone() || record.retry_in.is_none())
+}
+
+/// A lease the fan-in took with a place of `lease_ahead` (ahead of the
+/// bound, or within it) through its endpoint's gate ([`Gates`]): waits for
 /// one of the endpoint's `per_endpoint_concurrency` places in this process,
-/// then sends, unless meanwhile an attempt to the endpoint failed (the
-/// gate's epoch moved: the lease is given back, so the claim's rules, a
-/// throttle among them, decide when it is sent), too little of the lease is
-/// left for a whole attempt (given back), or the scheduler is draining
-/// (left to the drain's release). A lease taken ahead of the bound takes a
-/// slot of `max_in_flight` only now. A lease that waited is sent only if its
-/// endpoint is still as its lease read it ([`still_as_leased`]). The gate's place is freed when the
-/// answer is in. `None`: not sent.
-async fn send_through(ctx: &Context, leases: &Leases, gate: &Gate, c: Claimed, ready: &Ready, place: Place) -> Option<Sent> {
-    let epoch = gate.epoch();
+/// then for a slot of `max_in_flight` (holding no slot while it waits at the
+/// gate, so it never keeps another endpoint's claim waiting), and only then
+/// checks that it may still be sent: the scheduler is not draining (else it
+/// is left to the drain's release), the gate lets it pass ([`Gate::passes`]:
+/// no attempt that throttled the endpoint or may have disabled it awaits
+/// its record or was recorded after this lease was taken), enough of its
+/// lease is left for a whole attempt by its local deadline
+/// ([`least_left_to_send`]), and its endpoint is still as its lease read it
+/// ([`still_as_leased`]); otherwise it is given back. Leases claimed within
+/// the bound never wait here: the database's count of live leases, this
+/// process's waiting ones included, already bounds them, so no lease
+/// holding a slot waits for a gate, and no gate holder waits for a slot
+/// held by a waiter. The gate's place is freed when the answer is a 2xx;
+/// a failed attempt keeps it, and blocks the gate if it throttles or may
+/// disable the endpoint, until its outcome is recorded ([`GateHold`]).
+/// `None`: not sent.
+async fn send_through(ctx: &Context, leases: &Leases, c: Claimed, ready: &Ready, place: Place) -> Option<Sent> {
+    let gate = ctx.gates.enter(&c.endpoint_id);
     let open = gate.sem.clone().acquire_owned().await.expect("a gate's semaphore is never closed");
-    if leases.lock().unwrap().closed {
-        return None;
-    }
-    let left = (c.locked_until - Utc::now()).to_std().unwrap_or_default();
-    let reason = if gate.epoch() != epoch {
+    let slot = ctx.slots.clone().acquire_owned().await.expect("the slots' semaphore is never closed");
+    let deadline = {
+        let book = leases.lock().unwrap();
+        if book.closed {
+            return None;
+        }
+        book.deadline(&c)
+    };
+    let now = std::time::Instant::now();
+    let left = deadline.map(|d| d.saturating_duration_since(now)).unwrap_or_default();
+    let taken = deadline.and_then(|d| d.checked_sub(ctx.settings.lease())).unwrap_or(now);
+    let reason = if !gate.passes(taken) {
         Some("endpoint_failed")
     } else if left < least_left_to_send(&ctx.settings) {
         Some("lease_short")
     } else {
-        None
-    };
-    let reason = match reason {
-        None => still_as_leased(ctx, gate, &c, ready).await.err(),
-        some => some,
+        still_as_leased(ctx, &gate, &c, ready).await.err()
     };
     if let Some(reason) = reason {
-        drop(open);
+        drop((open, slot, gate));
         give_back_one(ctx, leases, &c, reason).await;
         return None;
     }
-    let slot = match place {
-        Place::Ahead(_) => Some(ctx.slots.clone().acquire_owned().await.expect("the slots' semaphore is never closed")),
-        Place::Slot(_) => None,
-    };
     let record = attempt(ctx, &c, ready).await;
-    drop(open);
-    if record.success {
+    let hold = if record.success {
         // No request of it is open: the loop's next claim may use its slot.
         leases.lock().unwrap().answered(&c);
+        None
     } else {
-        ctx.gates.failed(&c.endpoint_id);
-    }
-    Some((c, record, place, slot))
+        // Before the gate's place could be freed, so no waiter passes first.
+        let blocks = blocks_gate(&record);
+        if blocks {
+            gate.block();
+        }
+        Some(GateHold { gate, place: Some(open), blocks })
+    };
+    Some((c, record, place, Some(slot), hold))
 }
 
 /// A lease older than [`ENDPOINT_RECHECK`] is sent only if its endpoint,
@@ -537,16 +584,19 @@ const ENDPOINT_RECHECK: Duration = Duration::from_secs(1);
 
 /// Gives one lease back unsent ([`store::release`]: due at once, for any
 /// replica), counted in `webhook_deliveries_given_back_total{reason}`; a
-/// failure is logged and the lease left to expire.
+/// failure is logged and the lease left to expire. The lease is forgotten
+/// either way: a release whose commit was not confirmed may have happened,
+/// and counted as this process's own, another replica's lease of the
+/// delivery would pass for it (a count too low is safe).
 async fn give_back_one(ctx: &Context, leases: &Leases, c: &Claimed, reason: &'static str) {
+    let ends = ctx.lease_ends.read().await;
     let released = async {
-        let _ends = ctx.lease_ends.read().await;
         let mut conn = ctx.db.get().await?;
-        let n = store::release(&mut conn, &[(c.id.clone(), c.locked_until)]).await?;
-        leases.lock().unwrap().forget(c);
-        anyhow::Ok(n)
+        anyhow::Ok(store::release(&mut conn, &[(c.id.clone(), c.locked_until)]).await?)
     }
     .await;
+    leases.lock().unwrap().forget(c);
+    drop(ends);
     match released {
         Ok(_) => {
             counter!("webhook_deliveries_given_back_total", "reason" => reason).increment(1);
@@ -696,7 +746,7 @@ mod handoff_tests {
         let c = context::lease(&vid_core::DeliveryId::generate(), token);
         {
             let mut book = handoff.leases.lock().unwrap();
-            book.took(&c);
+            book.took(&c, std::time::Instant::now() + Duration::from_secs(30));
             book.answered(&c);
         }
         let lease = handoff.lease(&places);
@@ -738,18 +788,25 @@ mod handoff_tests {
         let now = chrono::Utc::now();
         let mut long = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(30));
         long.endpoint_id = endpoint.clone();
-        let mut short = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(2));
+        // Its token says a minute (the database's clock may run ahead), its
+        // local deadline two seconds: the local deadline decides.
+        let mut short = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(60));
         short.endpoint_id = endpoint.clone();
         {
             let mut book = handoff.leases.lock().unwrap();
-            book.took(&long);
-            book.took(&short);
+            let local = std::time::Instant::now();
+            book.took(&long, local + Duration::from_secs(30));
+            book.took(&short, local + Duration::from_secs(2));
+            assert_eq!(book.deadline(&short), Some(local + Duration::from_secs(2)));
+            let mut other_token = short.clone();
+            other_token.locked_until += chrono::Duration::milliseconds(1);
+            assert_eq!(book.deadline(&other_token), None, "another lease of the same delivery");
         }
         let lease = handoff.lease(&places);
         assert_eq!(lease.limit, 8, "batch_size within the bound");
         let ahead = lease.ahead.expect("leasing ahead");
         assert_eq!(ahead.max, 100, "one a place in all");
-        assert_eq!(ahead.own, vec![(endpoint.clone(), 1)], "the lease with 2 s left is not counted as its own");
+        assert_eq!(ahead.own, vec![(endpoint.clone(), 1)], "the lease with 2 s left locally is not counted as its own");
         handoff.leases.lock().unwrap().forget(&long);
         assert!(handoff.lease(&places).ahead.unwrap().own.is_empty(), "a forgotten lease is no longer its own");
         drop(places);

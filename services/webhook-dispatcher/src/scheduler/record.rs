@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 use tokio::task::JoinSet;
 use vid_infra::metrics::counter;
 
-use super::context::{per_endpoint, Context, Leases, Place};
+use super::context::{per_endpoint, Context, GateHold, Leases, Place};
 use crate::attempt::Outcome;
 use crate::retry;
 use crate::settings::DispatcherSettings;
@@ -33,8 +33,10 @@ const RECORD_BATCH: usize = 512;
 pub(super) struct Done {
     pub(super) claimed: Claimed,
     pub(super) record: AttemptRecord,
-    /// The lease's place, and the slot its attempt took (a lease taken ahead of the bound).
+    /// The lease's place, and the slot its attempt took (a lease the fan-in took).
     pub(super) _permit: (Place, Option<OwnedSemaphorePermit>),
+    /// A failed attempt's hold on its endpoint's gate, released once recorded.
+    pub(super) gate: Option<GateHold>,
 }
 
 /// Writes finished attempts as the module docs say. Ends when every sender
@@ -56,10 +58,14 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
         for d in failed {
             let (ctx, leases) = (ctx.clone(), leases.clone());
             failures.spawn(async move {
+                let mut d = d;
                 let ends = ctx.lease_ends.read().await;
                 record_failure(&ctx, &d.claimed, &d.record).await;
                 leases.lock().unwrap().forget(&d.claimed);
                 drop(ends);
+                if let Some(hold) = d.gate.take() {
+                    hold.recorded();
+                }
                 drop(d);
                 ctx.wake.notify_one();
             });
