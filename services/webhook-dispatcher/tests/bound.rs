@@ -31,33 +31,23 @@ struct Counting {
 
 impl Counting {
     async fn start(hold: Duration) -> Counting {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let (open, max_open, ids) =
             (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::<Mutex<HashMap<String, usize>>>::default());
         let (o, m, i) = (open.clone(), max_open.clone(), ids.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (o, m, i) = (o.clone(), m.clone(), i.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (o, m, i) = (o.clone(), m.clone(), i.clone());
-                        async move {
-                            let now_open = o.fetch_add(1, Ordering::SeqCst) + 1;
-                            m.fetch_max(now_open, Ordering::SeqCst);
-                            let id = req.headers().get("webhook-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-                            *i.lock().unwrap().entry(id.unwrap_or_default()).or_default() += 1;
-                            tokio::time::sleep(hold).await;
-                            // Closed before the answer leaves: the dispatcher can only free the
-                            // slot after it has the answer, so this never under-counts.
-                            o.fetch_sub(1, Ordering::SeqCst);
-                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
+        let addr = serve(move |id| {
+            let (o, m, i) = (o.clone(), m.clone(), i.clone());
+            async move {
+                let now_open = o.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(now_open, Ordering::SeqCst);
+                *i.lock().unwrap().entry(id.unwrap_or_default()).or_default() += 1;
+                tokio::time::sleep(hold).await;
+                // Closed before the answer leaves: the dispatcher can only free the
+                // slot after it has the answer, so this never under-counts.
+                o.fetch_sub(1, Ordering::SeqCst);
+                200
             }
-        });
+        })
+        .await;
         Counting { addr, open, max_open, ids }
     }
 
@@ -65,6 +55,46 @@ impl Counting {
         format!("http://{}/hook", self.addr)
     }
 }
+
+/// Serves HTTP/1 on 127.0.0.1 (a free port), answering each request with
+/// the status `handle` gives for its `webhook-id` header.
+async fn serve<F, Fut>(handle: F) -> SocketAddr
+where
+    F: Fn(Option<String>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = u16> + Send + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let id = req.headers().get("webhook-id").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    let answer = handle(id);
+                    async move {
+                        let status = answer.await;
+                        let mut r = hyper::Response::new(Full::new(Bytes::from_static(b"ok")));
+                        *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// One replica leasing ahead, for an endpoint whose bound is 2: small
+/// batches, eight slots, 64 places ahead.
+const AHEAD_BOUND_2: &[(&str, &str)] = &[
+    ("dispatcher.per_endpoint_concurrency", "2"),
+    ("dispatcher.batch_size", "4"),
+    ("dispatcher.prefetch", "64"),
+    ("dispatcher.max_in_flight", "8"),
+    ("dispatcher.lease_ahead", "64"),
+];
 
 /// Counts the connections a replica opens (each is opened for a request it sends).
 fn counting_observer() -> (ConnectObserver, Arc<AtomicUsize>) {
@@ -131,14 +161,7 @@ async fn two_replicas_never_exceed_an_endpoints_bound() {
 /// the replica holds the rest back. Each event is sent once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_taken_ahead_of_the_bound_wait_at_the_gate() {
-    let w = World::new(&[
-        ("dispatcher.per_endpoint_concurrency", "2"),
-        ("dispatcher.batch_size", "4"),
-        ("dispatcher.prefetch", "64"),
-        ("dispatcher.max_in_flight", "8"),
-        ("dispatcher.lease_ahead", "64"),
-    ])
-    .await;
+    let w = World::new(AHEAD_BOUND_2).await;
     let rx = Counting::start(Duration::from_millis(20)).await;
     let (endpoint, _) = w.endpoint(&rx.url()).await;
     let n = 40;
@@ -196,26 +219,17 @@ struct Gated {
 
 impl Gated {
     async fn start() -> Gated {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let (arrived, answer) = (Arc::new(AtomicUsize::new(0)), Arc::new(tokio::sync::Semaphore::new(0)));
         let (a, s) = (arrived.clone(), answer.clone());
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (a, s) = (a.clone(), s.clone());
-                tokio::spawn(async move {
-                    let service = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
-                        let (a, s) = (a.clone(), s.clone());
-                        async move {
-                            a.fetch_add(1, Ordering::SeqCst);
-                            s.acquire().await.unwrap().forget();
-                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-                });
+        let addr = serve(move |_| {
+            let (a, s) = (a.clone(), s.clone());
+            async move {
+                a.fetch_add(1, Ordering::SeqCst);
+                s.acquire().await.unwrap().forget();
+                200
             }
-        });
+        })
+        .await;
         Gated { addr, arrived, answer }
     }
 
@@ -349,4 +363,53 @@ async fn a_lease_that_ran_short_waiting_for_a_slot_is_given_back_not_sent() {
         assert_eq!(counts.len(), n, "each endpoint got every event");
         assert!(counts.values().all(|c| *c == 1), "an event sent twice: {counts:?}");
     }
+}
+
+/// Found by the second review: a lease this replica claimed (within the
+/// bound, so it passes no gate) is not counted as the fan-in's own, so while
+/// one is open the fan-in leases within the bound only and never lets its
+/// gate open `per_endpoint_concurrency` more beside it. Bound 2: the first
+/// two requests fail, their retries are claimed and held open 3 s, and four
+/// more events arrive meanwhile; never more than 2 requests open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claimed_leases_and_leases_taken_ahead_share_the_bound() {
+    let mut w = World::new(AHEAD_BOUND_2).await;
+    w.settings.dispatcher.retry_schedule_seconds = vec![1, 1, 1, 1];
+    let (seen, open, max_open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (s, o, m) = (seen.clone(), open.clone(), max_open.clone());
+    let addr = serve(move |_| {
+        let (s, o, m) = (s.clone(), o.clone(), m.clone());
+        async move {
+            let now_open = o.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now_open, Ordering::SeqCst);
+            let status = if s.fetch_add(1, Ordering::SeqCst) < 2 {
+                500
+            } else {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                200
+            };
+            o.fetch_sub(1, Ordering::SeqCst);
+            status
+        }
+    })
+    .await;
+    let (endpoint, _) = w.endpoint(&format!("http://{addr}/hook")).await;
+    let r = w.start_with(w.settings.clone(), no_dns(), None);
+    w.publish().await;
+    w.publish().await;
+    eventually(Duration::from_secs(20), "the two claimed retries open", || async {
+        (open.load(Ordering::SeqCst) == 2 && seen.load(Ordering::SeqCst) >= 4).then_some(())
+    })
+    .await;
+    for _ in 0..4 {
+        w.publish().await;
+    }
+    eventually(Duration::from_secs(60), "every delivery succeeded", || async {
+        (w.deliveries(&endpoint).await.iter().filter(|d| d.status == "succeeded").count() == 6).then_some(())
+    })
+    .await;
+    r.stop().await;
+    let max_open = max_open.load(Ordering::SeqCst);
+    assert!(max_open <= 2, "bound 2, saw {max_open} open at once");
+    assert_eq!(max_open, 2, "the bound was used");
 }

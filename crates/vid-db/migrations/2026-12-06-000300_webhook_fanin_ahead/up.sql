@@ -33,8 +33,10 @@
 -- caller's own are fewer than the bound again; and the caller leases ahead
 -- only when nobody else holds a lease there. A caller that leased ahead
 -- must itself open at most the bound's requests to the endpoint (the
--- dispatcher gates each endpoint locally: services/webhook-dispatcher,
--- scheduler). Its count may be low (a lease it holds but does not list is
+-- dispatcher gates the leases its fan-in takes, per endpoint:
+-- services/webhook-dispatcher, scheduler; it counts as its own only those,
+-- so while a lease it claimed, which passes no gate, is live, it leases
+-- within the bound only). Its count may be low (a lease it holds but does not list is
 -- counted as another holder's: then it only leases within the bound), never
 -- high: the dispatcher counts a lease only from the leasing statement's
 -- return until just before the statement that ends it (record, settle,

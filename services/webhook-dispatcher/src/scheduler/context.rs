@@ -95,7 +95,8 @@ impl Drop for GateUse {
 /// A failed attempt's hold on its endpoint's gate until its outcome is
 /// recorded: the gate's place (a lease the fan-in took: the place counts as
 /// the database counts the lease, until recorded), and whether the attempt
-/// blocks the gate ([`Gate::block`]). The recorder calls [`GateHold::recorded`].
+/// blocks the gate ([`Gate::block`]). The recorder drops it once the
+/// outcome is written (or given up on); dropped, it lifts the block.
 pub struct GateHold {
     /// The gate, in use while held.
     pub gate: GateUse,
@@ -105,9 +106,10 @@ pub struct GateHold {
     pub blocks: bool,
 }
 
-impl GateHold {
-    /// The attempt's outcome is recorded: the place is freed and the block lifted.
-    pub fn recorded(self) {
+impl Drop for GateHold {
+    /// The attempt's outcome is recorded (or will never be: the lease then
+    /// expires): the place is freed and the block lifted.
+    fn drop(&mut self) {
         if self.blocks {
             self.gate.recorded();
         }
@@ -150,6 +152,12 @@ impl Gate {
     /// the gate until [`Gate::recorded`].
     pub fn block(&self) {
         self.blocking.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Every lease taken before now is given back rather than sent: an
+    /// attempt's record disabled or throttled the endpoint.
+    pub fn clear(&self) {
+        *self.cleared.lock().unwrap() = Some(std::time::Instant::now());
     }
 
     /// The outcome of an attempt that blocked the gate ([`Gate::block`]) is recorded.
@@ -210,11 +218,13 @@ impl Gates {
 pub(super) struct LeaseBook {
     /// Each held lease's claim token, by delivery.
     pub(super) held: HashMap<DeliveryId, DateTime<Utc>>,
-    /// Each held lease's endpoint and local deadline, by delivery (kept with
-    /// `held`): the deadline is an `Instant` taken before its leasing
-    /// statement was sent, plus the lease, so it never falls after the
-    /// database's `locked_until` whatever the two clocks say.
-    pub(super) meta: HashMap<DeliveryId, (EndpointId, std::time::Instant)>,
+    /// Each held lease's endpoint, local deadline, and whether it passes its
+    /// endpoint's gate (a lease the fan-in took with a place of
+    /// `lease_ahead`), by delivery (kept with `held`): the deadline is an
+    /// `Instant` taken before its leasing statement was sent, plus the
+    /// lease, so it never falls after the database's `locked_until` whatever
+    /// the two clocks say.
+    pub(super) meta: HashMap<DeliveryId, (EndpointId, std::time::Instant, bool)>,
     /// The held leases whose attempt succeeded (a 2xx answer: no request of
     /// theirs is open) and whose outcome is not written yet, by claim token:
     /// a claim leaves them out of the per-endpoint bound
@@ -243,10 +253,10 @@ impl LeaseBook {
     }
 
     /// Enters a lease just taken (its statement committed) with its local
-    /// `deadline` ([`LeaseBook::meta`]).
-    pub(super) fn took(&mut self, c: &vid_deliveries::Claimed, deadline: std::time::Instant) {
+    /// `deadline`, and whether it passes its endpoint's gate ([`LeaseBook::meta`]).
+    pub(super) fn took(&mut self, c: &vid_deliveries::Claimed, deadline: std::time::Instant, gated: bool) {
         self.held.insert(c.id.clone(), c.locked_until);
-        self.meta.insert(c.id.clone(), (c.endpoint_id.clone(), deadline));
+        self.meta.insert(c.id.clone(), (c.endpoint_id.clone(), deadline, gated));
     }
 
     /// The local deadline of the lease `c` holds, while the book still has
@@ -255,15 +265,18 @@ impl LeaseBook {
         if self.held.get(&c.id) != Some(&c.locked_until) {
             return None;
         }
-        self.meta.get(&c.id).map(|(_, d)| *d)
+        self.meta.get(&c.id).map(|(_, d, _)| *d)
     }
 
-    /// The held leases per endpoint whose local deadline is after `after`
-    /// (the fan-in's own count: [`vid_deliveries::Ahead::own`]).
+    /// The held leases per endpoint that pass its gate and whose local
+    /// deadline is after `after` (the fan-in's own count:
+    /// [`vid_deliveries::Ahead::own`]). Claimed leases are left out: they
+    /// pass no gate, so while one is live the database counts a lease this
+    /// process's gate does not, and the fan-in leases within the bound only.
     pub(super) fn own_counts(&self, after: std::time::Instant) -> Vec<(EndpointId, i64)> {
         let mut counts: HashMap<&EndpointId, i64> = HashMap::new();
-        for (e, deadline) in self.meta.values() {
-            if *deadline > after {
+        for (e, deadline, gated) in self.meta.values() {
+            if *gated && *deadline > after {
                 *counts.entry(e).or_default() += 1;
             }
         }

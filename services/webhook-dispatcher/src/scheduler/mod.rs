@@ -199,8 +199,8 @@ impl Handoff {
             return Err(claimed.into_iter().map(|(c, _)| c).collect());
         }
         let deadline = sent_at + self.lease;
-        for (c, _) in &claimed {
-            book.took(c, deadline);
+        for ((c, _), place) in claimed.iter().zip(&permits) {
+            book.took(c, deadline, matches!(place, Place::Ahead(_)));
         }
         debug_assert!(permits.len() >= claimed.len(), "leased no more than the reserved places");
         let handed: Handed = claimed.into_iter().zip(permits).collect();
@@ -335,7 +335,7 @@ impl Loop {
             let mut l = self.leases.lock().unwrap();
             let deadline = sent_at + self.ctx.settings.lease();
             for (c, _) in &claimed {
-                l.took(c, deadline);
+                l.took(c, deadline, false);
             }
         }
         permits.truncate(claimed.len()); // the slots not needed are free again at once
@@ -492,7 +492,8 @@ fn blocks_gate(record: &AttemptRecord) -> bool {
 /// bound, or within it) through its endpoint's gate ([`Gates`]): waits for
 /// one of the endpoint's `per_endpoint_concurrency` places in this process,
 /// then for a slot of `max_in_flight` (holding no slot while it waits at the
-/// gate, so it never keeps another endpoint's claim waiting), and only then
+/// gate; waiting for a slot it goes before the claims, whose loop takes
+/// only free slots), and only then
 /// checks that it may still be sent: the scheduler is not draining (else it
 /// is left to the drain's release), the gate lets it pass ([`Gate::passes`]:
 /// no attempt that throttled the endpoint or may have disabled it awaits
@@ -518,16 +519,14 @@ async fn send_through(ctx: &Context, leases: &Leases, c: Claimed, ready: &Ready,
         }
         book.deadline(&c)
     };
-    let now = std::time::Instant::now();
-    let left = deadline.map(|d| d.saturating_duration_since(now)).unwrap_or_default();
-    let taken = deadline.and_then(|d| d.checked_sub(ctx.settings.lease())).unwrap_or(now);
-    let reason = if !gate.passes(taken) {
-        Some("endpoint_failed")
-    } else if left < least_left_to_send(&ctx.settings) {
-        Some("lease_short")
-    } else {
-        still_as_leased(ctx, &gate, &c, ready).await.err()
-    };
+    let lease = ctx.settings.lease();
+    let taken = deadline.and_then(|d| d.checked_sub(lease)).unwrap_or_else(std::time::Instant::now);
+    let mut reason = if gate.passes(taken) { still_as_leased(ctx, &gate, &c, ready, taken).await.err() } else { Some("endpoint_failed") };
+    // Last, right before sending: the re-read may have waited for a connection.
+    let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now())).unwrap_or_default();
+    if reason.is_none() && left < least_left_to_send(&ctx.settings) {
+        reason = Some("lease_short");
+    }
     if let Some(reason) = reason {
         drop((open, slot, gate));
         give_back_one(ctx, leases, &c, reason).await;
@@ -556,10 +555,8 @@ async fn send_through(ctx: &Context, leases: &Leases, c: Claimed, ready: &Ready,
 /// Otherwise (or if it cannot be read) it is given back, and the claim's
 /// rules decide: a paused endpoint is not sent to, a changed one is read
 /// afresh. A lease just taken is sent as read, as before leasing ahead.
-async fn still_as_leased(ctx: &Context, gate: &Gate, c: &Claimed, ready: &Ready) -> Result<(), &'static str> {
-    let lease = chrono::Duration::from_std(ctx.settings.lease()).unwrap_or(chrono::Duration::MAX);
-    let age = Utc::now() - (c.locked_until - lease);
-    if age.to_std().unwrap_or_default() < ENDPOINT_RECHECK || gate.verified_within(ENDPOINT_RECHECK) {
+async fn still_as_leased(ctx: &Context, gate: &Gate, c: &Claimed, ready: &Ready, taken: std::time::Instant) -> Result<(), &'static str> {
+    if taken.elapsed() < ENDPOINT_RECHECK || gate.verified_within(ENDPOINT_RECHECK) {
         return Ok(());
     }
     let fresh = async {
@@ -746,7 +743,7 @@ mod handoff_tests {
         let c = context::lease(&vid_core::DeliveryId::generate(), token);
         {
             let mut book = handoff.leases.lock().unwrap();
-            book.took(&c, std::time::Instant::now() + Duration::from_secs(30));
+            book.took(&c, std::time::Instant::now() + Duration::from_secs(30), true);
             book.answered(&c);
         }
         let lease = handoff.lease(&places);
@@ -795,8 +792,12 @@ mod handoff_tests {
         {
             let mut book = handoff.leases.lock().unwrap();
             let local = std::time::Instant::now();
-            book.took(&long, local + Duration::from_secs(30));
-            book.took(&short, local + Duration::from_secs(2));
+            book.took(&long, local + Duration::from_secs(30), true);
+            book.took(&short, local + Duration::from_secs(2), true);
+            // A claimed lease passes no gate: never counted as the fan-in's own.
+            let mut claimed = context::lease(&vid_core::DeliveryId::generate(), now + chrono::Duration::seconds(30));
+            claimed.endpoint_id = endpoint.clone();
+            book.took(&claimed, local + Duration::from_secs(30), false);
             assert_eq!(book.deadline(&short), Some(local + Duration::from_secs(2)));
             let mut other_token = short.clone();
             other_token.locked_until += chrono::Duration::milliseconds(1);

@@ -63,9 +63,7 @@ pub(super) async fn recorder(ctx: Arc<Context>, mut rx: mpsc::UnboundedReceiver<
                 record_failure(&ctx, &d.claimed, &d.record).await;
                 leases.lock().unwrap().forget(&d.claimed);
                 drop(ends);
-                if let Some(hold) = d.gate.take() {
-                    hold.recorded();
-                }
+                drop(d.gate.take()); // lifts a block it holds
                 drop(d);
                 ctx.wake.notify_one();
             });
@@ -149,6 +147,9 @@ async fn record_failure(ctx: &Context, c: &Claimed, record: &AttemptRecord) {
     if let Some(reason) = r.disabled {
         tracing::warn!(endpoint_id = %c.endpoint_id, %reason, "endpoint disabled");
         counter!("webhook_endpoints_disabled_total", "reason" => r.disabled_rule.unwrap_or("other")).increment(1);
+        // Whatever the attempt's answer (the failing-too-long rule disables on
+        // any failure): the leases waiting at its gate are not sent.
+        ctx.gates.enter(&c.endpoint_id).clear();
     }
 }
 
